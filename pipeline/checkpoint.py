@@ -1,0 +1,93 @@
+"""Atomic, checksummed checkpoints: a killed writer or a corrupt file is never trusted.
+
+Layout in a run's folder:
+  step_00000120.pt        torch.save of {"model", "optimizer", "step", "rng", "state"}
+  step_00000120.pt.sha256 hex digest of the .pt file, written after it (its presence = complete)
+Each file is written to a temporary name in the same folder, fsynced, then os.replace'd, so a
+reader sees either the old state or the new one. The two newest good checkpoints are kept:
+if the newest is corrupt, the run restarts from the previous one (with a warning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+KEEP = 2
+_NAME = re.compile(r"^step_(\d{8})\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """The checkpoint folder cannot be written (read-only, disk full, ...)."""
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(folder: str | Path, step: int, payload: dict) -> Path:
+    """Write payload as the checkpoint of `step`; prune all but the KEEP newest."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        data = buf.getvalue()
+        path = folder / f"step_{step:08d}.pt"
+        _atomic_write(path, data)
+        _atomic_write(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest().encode())
+    except OSError as e:
+        raise CheckpointError(f"cannot write checkpoint for step {step} in {folder}: {e}") from e
+    for old in _listed(folder)[KEEP:]:
+        old.unlink(missing_ok=True)
+        old.with_name(old.name + ".sha256").unlink(missing_ok=True)
+    return path
+
+
+def _listed(folder: Path) -> list[Path]:
+    """Checkpoint files, newest first."""
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if _NAME.match(p.name)]
+    return sorted(found, key=lambda p: p.name, reverse=True)
+
+
+def load_latest(folder: str | Path, map_location: str | torch.device = "cpu") -> dict | None:
+    """The newest checkpoint whose checksum matches and that loads; None if there is none.
+
+    Corrupt or incomplete files are reported with a warning and skipped (not deleted: they
+    are evidence), so the run restarts from the previous good one or from scratch.
+    """
+    for path in _listed(Path(folder)):
+        digest_file = path.with_name(path.name + ".sha256")
+        data = path.read_bytes()
+        if not digest_file.exists():
+            warnings.warn(f"checkpoint {path} has no checksum file (interrupted write); skipped",
+                          stacklevel=2)
+            continue
+        if hashlib.sha256(data).hexdigest() != digest_file.read_text().strip():
+            warnings.warn(f"checkpoint {path} fails its sha256 check (corrupt); skipped",
+                          stacklevel=2)
+            continue
+        try:
+            # weights_only: a checkpoint is data, never code (no arbitrary unpickling).
+            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - any load failure means "not usable"
+            warnings.warn(f"checkpoint {path} does not load ({e}); skipped", stacklevel=2)
+    return None

@@ -1,0 +1,91 @@
+"""Time estimates for a plan, from a throughput calibration measured on this machine.
+
+How: for up to three shapes of the plan (smallest, middle, largest by FLOPs per step), build
+the model, run 2 warm-up steps and then `steps` timed optimizer steps (forward, backward,
+AdamW) on random tokens with the sweep's batch size, sequence length and threads per run.
+Seconds per step of any other shape are interpolated in log(seconds) vs log(FLOPs per step);
+evaluation adds eval_batches forward passes (1/3 of a step each) per evaluation. The sweep's
+wall time is the sum over runs divided by the number of runs that fit on the machine at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from pipeline import flops
+from pipeline.model import Transformer
+from pipeline.spec import RunSpec
+from pipeline.train import make_optimizer
+
+
+@dataclass(frozen=True)
+class Calibration:
+    flops_per_step: list[float]  # exact convention, per measured shape
+    seconds_per_step: list[float]
+
+    def seconds(self, spec: RunSpec) -> float:
+        """Estimated wall seconds of one run (training plus evaluation)."""
+        per_step = _interp(flops.flops_per_token(spec.model, "exact") * _tokens_per_step(spec),
+                           self.flops_per_step, self.seconds_per_step)
+        t = spec.train
+        n_evals = spec.steps // t.resolved_eval_interval(spec.steps) + 1
+        eval_steps = n_evals * t.eval_batches / 3  # forward only: ~1/3 of a training step
+        return per_step * (spec.steps + eval_steps)
+
+
+def _tokens_per_step(spec: RunSpec) -> int:
+    return spec.train.batch_size * spec.model.seq_len
+
+
+def _interp(x: float, xs: list[float], ys: list[float]) -> float:
+    if len(xs) == 1:
+        return ys[0] * x / xs[0]  # time proportional to FLOPs
+    lx, lxs, lys = math.log(x), np.log(xs), np.log(ys)
+    # Linear in log-log, extrapolated with the end slopes outside the measured range.
+    if lx <= lxs[0] or lx >= lxs[-1]:
+        i = 0 if lx <= lxs[0] else len(xs) - 2
+        slope = (lys[i + 1] - lys[i]) / max(lxs[i + 1] - lxs[i], 1e-12)
+        return float(math.exp(lys[i] + slope * (lx - lxs[i])))
+    return float(math.exp(np.interp(lx, lxs, lys)))
+
+
+def calibrate(specs: list[RunSpec], steps: int = 5) -> Calibration:
+    """Measure seconds per step for up to three representative shapes of the plan."""
+    by_cost = sorted({s.model: s for s in specs}.values(),
+                     key=lambda s: flops.flops_per_token(s.model, "exact"))
+    picks = [by_cost[0], by_cost[len(by_cost) // 2], by_cost[-1]]
+    picks = list({p.model: p for p in picks}.values())
+    fps, sps = [], []
+    old_threads = torch.get_num_threads()
+    try:
+        for spec in picks:
+            torch.set_num_threads(spec.exec.threads)
+            torch.manual_seed(0)
+            model = Transformer(spec.model)
+            opt = make_optimizer(model, spec, torch.device("cpu"))
+            B, T = spec.train.batch_size, spec.model.seq_len
+            x = torch.randint(0, spec.model.vocab_size, (B, T))
+            for i in range(steps + 2):
+                if i == 2:
+                    t0 = time.perf_counter()
+                _, loss = model(x, x)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            sps.append((time.perf_counter() - t0) / steps)
+            fps.append(flops.flops_per_token(spec.model, "exact") * B * T)
+    finally:
+        torch.set_num_threads(old_threads)
+    order = np.argsort(fps)
+    return Calibration([fps[i] for i in order], [sps[i] for i in order])
+
+
+def parallel_slots(num_cpus_per_run: int, cpus: int | None = None) -> int:
+    """Runs that fit on this machine at once."""
+    return max(1, (cpus or os.cpu_count() or 1) // num_cpus_per_run)

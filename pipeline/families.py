@@ -1,0 +1,260 @@
+"""Model families and the shape rule: one size knob (depth) -> a full, reproducible shape.
+
+This module is pure Python (no torch): the planner, the FLOP accounting and the analysis
+all need shapes without building a model.
+
+Families (see ../shared/DESIGN.md):
+  gpt    pre-norm LayerNorm, fused QKV with biases, learned positions, GELU MLP 4x,
+         tied input/output embeddings (GPT-2 / nanoGPT).
+  llama  RMSNorm, rotary positions, SwiGLU MLP (hidden = 2/3 * 4d rounded up to a multiple),
+         grouped-query attention (n_kv_heads), no biases, untied output head (LLaMA).
+
+The shape rule (nanochat's depth knob, with our own constants):
+  n_layer  = depth                                   (the knob)
+  d_model  = aspect_ratio * depth, rounded up to a multiple of head_dim
+  n_heads  = d_model / head_dim                      (head size is fixed across sizes)
+  n_kv_heads (llama) = the largest divisor of n_heads that is <= n_heads / gqa_ratio
+  d_ff     = 4 * d_model (gpt); 2/3 * 4 * d_model rounded up to ffn_multiple (llama)
+Kaplan et al. 2020 (Fig. 5) found loss nearly independent of the aspect ratio d_model/n_layer
+over a wide range, so fixing it and moving only depth is a fair one-knob family.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Literal
+
+FamilyName = Literal["gpt", "llama"]
+FAMILIES: tuple[str, ...] = ("gpt", "llama")
+
+
+class ShapeError(ValueError):
+    """A shape that cannot be built; the message names the offending values."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A fully resolved Transformer shape. Every field is explicit so run_ids are stable."""
+
+    family: str
+    """Model family name: "gpt" or "llama"."""
+    vocab_size: int
+    """Number of token ids (256 for the byte tokenizer)."""
+    seq_len: int
+    """Context length in tokens (the learned position table has this many rows)."""
+    n_layer: int
+    """Number of Transformer blocks."""
+    d_model: int
+    """Residual stream width."""
+    n_heads: int
+    """Query heads; head_dim = d_model / n_heads."""
+    n_kv_heads: int
+    """Key/value heads (grouped-query attention); equals n_heads for gpt."""
+    d_ff: int
+    """Hidden width of the MLP (for SwiGLU: of each of the two input projections)."""
+    norm: Literal["layernorm", "rmsnorm"]
+    """Normalisation layer type."""
+    pos: Literal["learned", "rope"]
+    """Position encoding: learned absolute table, or rotary embeddings."""
+    mlp: Literal["gelu", "swiglu"]
+    """MLP type."""
+    tied_embeddings: bool
+    """Whether the output head shares the token-embedding matrix."""
+    bias: bool
+    """Biases in linear layers and LayerNorm (gpt: True; llama: False)."""
+    dropout: float = 0.0
+    """Dropout probability; 0 for scaling runs (single epoch, no overfitting)."""
+    causal: bool = True
+    """Causal self-attention; False gives a bidirectional encoder."""
+    rope_theta: float = 10000.0
+    """Rotary base frequency (llama only)."""
+    norm_eps: float = 1e-5
+    """Epsilon of the normalisation layers."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def validate(cfg: ModelConfig) -> None:
+    """Raise ShapeError naming the values when a shape cannot be built. Never mutates."""
+    if cfg.family not in FAMILIES:
+        raise ShapeError(f"unknown family {cfg.family!r}; known: {', '.join(FAMILIES)}")
+    for name in ("vocab_size", "seq_len", "n_layer", "d_model", "n_heads", "n_kv_heads", "d_ff"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ShapeError(f"{name} must be a positive integer, got {value!r}")
+    if cfg.d_model % cfg.n_heads:
+        raise ShapeError(
+            f"d_model={cfg.d_model} is not divisible by n_heads={cfg.n_heads}"
+        )
+    if cfg.n_heads % cfg.n_kv_heads:
+        raise ShapeError(
+            f"n_heads={cfg.n_heads} is not divisible by n_kv_heads={cfg.n_kv_heads}"
+        )
+    if cfg.pos == "rope" and cfg.head_dim % 2:
+        raise ShapeError(
+            f"rotary embeddings need an even head_dim, got d_model={cfg.d_model} / "
+            f"n_heads={cfg.n_heads} = {cfg.head_dim}"
+        )
+    if not 0.0 <= cfg.dropout < 1.0:
+        raise ShapeError(f"dropout must be in [0, 1), got {cfg.dropout!r}")
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    """How the depth knob becomes a shape. Defaults suit CPU-sized models (<= a few M params)."""
+
+    aspect_ratio: float = 16.0
+    """d_model / n_layer before rounding (nanochat uses 64 at GPU scale)."""
+    head_dim: int = 16
+    """Fixed head size; d_model is rounded up to a multiple of it."""
+    gqa_ratio: int = 2
+    """llama: target n_heads / n_kv_heads (the actual n_kv_heads must divide n_heads)."""
+    ffn_multiple: int = 16
+    """llama: SwiGLU hidden size is rounded up to a multiple of this (LLaMA uses 256)."""
+    max_depth: int = 64
+    """Largest depth the rule accepts."""
+
+    def __post_init__(self) -> None:
+        if self.aspect_ratio <= 0:
+            raise ShapeError(f"aspect_ratio must be > 0, got {self.aspect_ratio!r}")
+        if self.head_dim < 2 or self.head_dim % 2:
+            raise ShapeError(f"head_dim must be an even integer >= 2, got {self.head_dim!r}")
+        if self.gqa_ratio < 1:
+            raise ShapeError(f"gqa_ratio must be >= 1, got {self.gqa_ratio!r}")
+        if self.ffn_multiple < 1:
+            raise ShapeError(f"ffn_multiple must be >= 1, got {self.ffn_multiple!r}")
+
+
+def _round_up(x: float, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)
+
+
+def swiglu_hidden(d_model: int, multiple: int) -> int:
+    """LLaMA's SwiGLU width: 2/3 of 4d keeps the parameter count of a 4d GELU MLP."""
+    return _round_up(2 * 4 * d_model / 3, multiple)
+
+
+def kv_heads_for(n_heads: int, gqa_ratio: int) -> int:
+    """The largest divisor of n_heads that is <= n_heads / gqa_ratio (at least 1)."""
+    target = max(1, n_heads // gqa_ratio)
+    return max(d for d in range(1, target + 1) if n_heads % d == 0)
+
+
+def make_config(
+    family: str,
+    n_layer: int,
+    d_model: int,
+    *,
+    vocab_size: int,
+    seq_len: int,
+    head_dim: int = 16,
+    gqa_ratio: int = 2,
+    ffn_multiple: int = 16,
+    n_heads: int | None = None,
+    n_kv_heads: int | None = None,
+    d_ff: int | None = None,
+    dropout: float = 0.0,
+    causal: bool = True,
+) -> ModelConfig:
+    """A family's shape from explicit (n_layer, d_model); heads and MLP width follow the rule."""
+    if family not in FAMILIES:
+        raise ShapeError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    if n_heads is None:
+        if d_model % head_dim:
+            raise ShapeError(f"d_model={d_model} is not divisible by head_dim={head_dim}")
+        n_heads = d_model // head_dim
+    if family == "gpt":
+        return ModelConfig(
+            family="gpt", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
+            d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads if n_kv_heads is None else n_kv_heads,
+            d_ff=4 * d_model if d_ff is None else d_ff, norm="layernorm", pos="learned",
+            mlp="gelu", tied_embeddings=True, bias=True, dropout=dropout, causal=causal,
+        )
+    return ModelConfig(
+        family="llama", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
+        d_model=d_model, n_heads=n_heads,
+        n_kv_heads=kv_heads_for(n_heads, gqa_ratio) if n_kv_heads is None else n_kv_heads,
+        d_ff=swiglu_hidden(d_model, ffn_multiple) if d_ff is None else d_ff,
+        norm="rmsnorm", pos="rope", mlp="swiglu", tied_embeddings=False, bias=False,
+        dropout=dropout, causal=causal,
+    )
+
+
+def shape_for_depth(
+    family: str, depth: int, rule: ShapeRule, *, vocab_size: int, seq_len: int
+) -> ModelConfig:
+    """The shape rule: depth -> full ModelConfig (see the module docstring)."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= rule.max_depth:
+        raise ShapeError(f"depth must be an integer in [1, {rule.max_depth}], got {depth!r}")
+    d_model = _round_up(rule.aspect_ratio * depth, rule.head_dim)
+    return make_config(
+        family, depth, d_model, vocab_size=vocab_size, seq_len=seq_len,
+        head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple,
+    )
+
+
+def with_overrides(cfg: ModelConfig, **changes: object) -> ModelConfig:
+    """A copy with some fields changed, re-validated."""
+    return replace(cfg, **changes)
+
+
+def nearest_shape(
+    family: str,
+    target_params: float,
+    rule: ShapeRule,
+    *,
+    vocab_size: int,
+    seq_len: int,
+    convention: Literal["total", "non_embedding"] = "total",
+) -> ModelConfig:
+    """The rule's shape whose parameter count is closest to target_params in log space.
+
+    Why log space: scaling sweeps space sizes geometrically, so 2x too big and 2x too small
+    are equally far. Depths 1..rule.max_depth are scanned (the count grows with depth); a tie
+    goes to the smaller depth. ``convention`` picks N: "total" (all parameters, Chinchilla)
+    or "non_embedding" (Kaplan). Raises ShapeError when the target is outside what the rule
+    can make: more than 2x below the depth-1 count, or above the max-depth count.
+    """
+    import numbers
+
+    from pipeline.flops import params_non_embedding, params_total  # flops never imports us
+
+    counters = {"total": params_total, "non_embedding": params_non_embedding}
+    if convention not in counters:
+        raise ShapeError(
+            f"unknown parameter convention {convention!r}; known: {', '.join(counters)}"
+        )
+    is_number = isinstance(target_params, numbers.Real) and not isinstance(target_params, bool)
+    if not (is_number and math.isfinite(target_params) and target_params > 0):
+        raise ShapeError(f"target_params must be a finite number > 0, got {target_params!r}")
+    count = counters[convention]
+    shapes = [
+        shape_for_depth(family, depth, rule, vocab_size=vocab_size, seq_len=seq_len)
+        for depth in range(1, rule.max_depth + 1)
+    ]
+    counts = [count(cfg) for cfg in shapes]
+    if target_params < counts[0] / 2:
+        raise ShapeError(
+            f"target_params={target_params:g} is more than 2x below the smallest {family} shape "
+            f"(depth 1: {counts[0]} {convention} params)"
+        )
+    if target_params > counts[-1]:
+        raise ShapeError(
+            f"target_params={target_params:g} is above the largest {family} shape "
+            f"(max_depth={rule.max_depth}: {counts[-1]} {convention} params); raise max_depth"
+        )
+    log_target = math.log(target_params)
+    best = min(
+        range(len(shapes)),
+        key=lambda i: (abs(math.log(counts[i]) - log_target), i),
+    )
+    return shapes[best]

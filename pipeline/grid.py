@@ -1,0 +1,169 @@
+"""Planning: SweepConfig -> RunSpecs (deterministic), and the cells that cannot be built.
+
+IsoFLOP cells: for budget C and model shape m, D = C / flops_per_token(m, convention), then
+steps = round(D / (batch_size * seq_len)); the achieved C differs from the budget only by that
+rounding (under 1% once steps >= 50). Cells with fewer than train.min_steps steps, or sizes
+the shape rule cannot make, are returned as Skipped with the reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import flops
+from pipeline.config import SizesSection, SweepConfig, resolve_corpus
+from pipeline.families import (
+    ModelConfig,
+    ShapeError,
+    ShapeRule,
+    make_config,
+    nearest_shape,
+    shape_for_depth,
+)
+from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A planned cell that cannot be trained, and why."""
+
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    specs: list[RunSpec]
+    skipped: list[Skipped]
+
+
+def vocab_size_for(cfg: SweepConfig) -> int | None:
+    """Vocabulary size known without reading the corpus (None for chars: depends on it)."""
+    return {"bytes": 256, "bpe": cfg.data.bpe_vocab_size}.get(cfg.data.tokenizer)
+
+
+def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
+    """The sweep's data section, with a relative corpus path resolved against the sweep file."""
+    d = cfg.data
+    return DataSpec(corpus=resolve_corpus(d.corpus, Path(sweep_path)), tokenizer=d.tokenizer,
+                    bpe_vocab_size=d.bpe_vocab_size, val_fraction=d.val_fraction,
+                    max_bytes=d.max_bytes)
+
+
+def _rule(cfg: SweepConfig) -> ShapeRule:
+    s = cfg.shape
+    return ShapeRule(aspect_ratio=s.aspect_ratio, head_dim=s.head_dim, gqa_ratio=s.gqa_ratio,
+                     ffn_multiple=s.ffn_multiple, max_depth=s.max_depth)
+
+
+def _shapes(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float | None,
+            skipped: list[Skipped]) -> list[ModelConfig]:
+    """The model shapes of one budget (or of the grid), in increasing size, deduplicated."""
+    rule, T = _rule(cfg), cfg.data.seq_len
+    out: list[ModelConfig] = []
+    if sizes.depths is not None:
+        for depth in sizes.depths:
+            try:
+                out.append(shape_for_depth(cfg.family, depth, rule, vocab_size=vocab, seq_len=T))
+            except ShapeError as e:
+                skipped.append(Skipped(f"depth {depth}", str(e)))
+    elif sizes.shapes is not None:
+        for s in sizes.shapes:
+            try:
+                out.append(make_config(
+                    cfg.family, s.n_layer, s.d_model, vocab_size=vocab, seq_len=T,
+                    head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio,
+                    ffn_multiple=rule.ffn_multiple))
+            except ShapeError as e:
+                skipped.append(Skipped(f"shape n_layer={s.n_layer} d_model={s.d_model}", str(e)))
+    else:
+        assert budget is not None and sizes.count is not None
+        # Chinchilla: C = 6 N D and D = k N  =>  N* = sqrt(C / (6 k)).
+        guess = math.sqrt(budget / (6 * sizes.tokens_per_param))
+        half = math.log(sizes.span) / 2
+        for i in range(sizes.count):
+            frac = i / (sizes.count - 1) if sizes.count > 1 else 0.5
+            target = guess * math.exp(-half + 2 * half * frac)
+            try:
+                out.append(nearest_shape(cfg.family, target, rule, vocab_size=vocab, seq_len=T))
+            except ShapeError as e:
+                skipped.append(Skipped(f"C={budget:.3g} target N={target:.3g}", str(e)))
+    unique = sorted(set(out), key=lambda m: (flops.params_total(m), m.n_layer))
+    if len(unique) < len(out):
+        where = f"budget {budget:.3g}" if budget else "grid"
+        skipped.append(Skipped(where, f"{len(out) - len(unique)} size(s) mapped to a shape "
+                                      "already in the list (shape rule too coarse); deduplicated"))
+    return unique
+
+
+def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, seed: int) -> TrainSpec:
+    t = cfg.train
+    lr = t.lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
+    return TrainSpec(
+        batch_size=t.batch_size, lr=lr, min_lr_ratio=t.min_lr_ratio,
+        warmup_steps=int(t.warmup_fraction * steps), schedule=t.schedule,
+        decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
+        beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
+        eval_batches=t.eval_batches, precision=t.precision,
+    )
+
+
+def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | None = None) -> Plan:
+    """All RunSpecs of a sweep, in a deterministic order, plus the skipped cells."""
+    vocab = vocab_size or vocab_size_for(cfg)
+    if vocab is None:
+        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    d = cfg.data
+    data = data_spec_for(cfg, sweep_path)
+    tokens_per_step = cfg.train.batch_size * d.seq_len
+    skipped: list[Skipped] = []
+    cells: list[tuple[ModelConfig, float, float | None]] = []  # (model, tokens, budget)
+    if cfg.isoflop is not None:
+        for budget in cfg.isoflop.budgets:
+            for m in _shapes(cfg, cfg.isoflop.sizes, vocab, budget, skipped):
+                cells.append((m, flops.tokens_for_budget(m, budget, cfg.flops_convention), budget))
+    elif cfg.grid is not None:
+        shapes = _shapes(cfg, cfg.grid.sizes, vocab, None, skipped)
+        cells = [(m, tok, None) for m in shapes for tok in cfg.grid.tokens]
+    else:
+        rule = _rule(cfg)
+        for i, r in enumerate(cfg.runs or []):
+            try:
+                if r.depth is not None:
+                    m = shape_for_depth(cfg.family, r.depth, rule, vocab_size=vocab,
+                                        seq_len=d.seq_len)
+                else:
+                    m = make_config(cfg.family, r.n_layer, r.d_model, vocab_size=vocab,
+                                    seq_len=d.seq_len, head_dim=rule.head_dim,
+                                    gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple)
+            except ShapeError as e:
+                skipped.append(Skipped(f"runs[{i}]", str(e)))
+                continue
+            cells.append((m, r.tokens, None))
+
+    specs: list[RunSpec] = []
+    seen: dict[str, str] = {}
+    for m, tokens, budget in cells:
+        steps = round(tokens / tokens_per_step)
+        label = (f"{m.family} L{m.n_layer} d{m.d_model}"
+                 + (f" at C={budget:.3g}" if budget else f" D={tokens:.3g}"))
+        if steps < cfg.train.min_steps:
+            skipped.append(Skipped(label, f"{tokens:.3g} tokens give {steps} steps of "
+                                          f"{tokens_per_step} tokens (< min_steps="
+                                          f"{cfg.train.min_steps})"))
+            continue
+        for seed in cfg.train.seeds:
+            train = _train_spec(cfg, m, steps, seed)
+            # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.
+            ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
+            exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt)
+            spec = RunSpec(sweep=cfg.name, model=m, data=data, train=train, steps=steps,
+                           budget=budget, flops_convention=cfg.flops_convention, exec=exec_spec)
+            if spec.run_id in seen:
+                skipped.append(Skipped(label, f"duplicate of {seen[spec.run_id]}"))
+                continue
+            seen[spec.run_id] = label
+            specs.append(spec)
+    return Plan(specs, skipped)

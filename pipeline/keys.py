@@ -1,0 +1,51 @@
+"""Metric, param and tag keys shared by the writer (pipeline.tracking) and readers (analysis).
+
+Pure constants, no imports: the analysis side reads MLflow through these names and never
+parses run names or logs. Curves are logged against the optimizer step.
+"""
+
+# --- per-step curves (logged against the step) ------------------------------------------
+TRAIN_LOSS = "train/loss"  # mean training cross-entropy over the last log interval, nats/token
+TRAIN_LR = "train/lr"  # learning rate at that step
+VAL_LOSS = "val/loss"  # validation cross-entropy on the fixed eval batches, nats/token
+VAL_BPB = "val/bpb"  # the same in bits per UTF-8 byte, so tokenizers compare
+TOKENS = "tokens"  # tokens consumed by the optimizer so far (step x batch x seq_len)
+THROUGHPUT = "throughput/tokens_per_s"  # training tokens per wall-clock second
+
+# --- summary of a finished run (logged once, at the end) -----------------------------------
+FINAL_VAL_LOSS = "final/val_loss"
+FINAL_VAL_BPB = "final/val_bpb"
+FINAL_TRAIN_LOSS = "final/train_loss"
+FINAL_TOKENS = "final/tokens"  # D: tokens actually consumed
+FINAL_STEPS = "final/steps"
+FINAL_WALL_S = "final/wall_s"  # training wall time of this attempt chain, seconds
+FINAL_TOKENS_PER_S = "final/tokens_per_s"
+PARAMS_TOTAL = "model/params_total"  # N, Chinchilla's convention (all parameters)
+PARAMS_NON_EMBEDDING = "model/params_non_embedding"  # N, Kaplan's convention
+# C under each FLOP convention of pipeline.flops (training FLOPs = fwd + bwd).
+FLOPS_PREFIX = "final/flops_"  # + convention name, e.g. final/flops_exact, final/flops_6nd
+
+# --- tags ----------------------------------------------------------------------------------
+TAG_SWEEP = "sweep"  # sweep name (= MLflow experiment name)
+TAG_RUN_ID = "run_id"  # stable hash of the resolved RunSpec
+TAG_FAMILY = "family"
+TAG_BUDGET = "budget"  # planned compute budget C (FLOPs) of an isoflop cell, else ""
+TAG_STATUS = "status"  # one of STATUSES
+TAG_KIND = "kind"  # "sweep" on the parent run, "trial" on child runs
+TAG_ATTEMPTS = "attempts"  # how many times this run_id was started
+TAG_DIVERGED_STEP = "diverged_at_step"
+TAG_ERROR = "error"  # one-line reason of a failure (the traceback is an artifact)
+
+STATUS_RUNNING = "running"
+STATUS_FINISHED = "finished"
+STATUS_DIVERGED = "diverged"
+STATUS_FAILED = "failed"
+STATUS_KILLED = "killed"
+STATUSES = (STATUS_RUNNING, STATUS_FINISHED, STATUS_DIVERGED, STATUS_FAILED, STATUS_KILLED)
+
+SPEC_ARTIFACT = "spec.json"  # the resolved RunSpec, as an artifact of each child run
+CURVE_ARTIFACT = "curve.json"  # eval curve as one artifact too: a cheap bulk read for analysis
+
+
+def flops_key(convention: str) -> str:
+    return FLOPS_PREFIX + convention

@@ -1,0 +1,144 @@
+"""RunSpec: everything one training run needs, fully resolved, and its stable run_id.
+
+The planner (pipeline.grid) produces RunSpecs; the trainer (pipeline.train) consumes them;
+the tracker logs them flattened as MLflow params. run_id is a hash of the resolved values
+that change what is trained (not of the YAML text, and not of where or how fast it runs),
+so re-running a sweep finds what is already done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from pipeline.families import ModelConfig
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Which tokens a run trains on (mirrors pipeline.data.DataConfig, without the cache path)."""
+
+    corpus: str = "stdlib"
+    """"stdlib", a text file path or glob, or "hf:<dataset>[:<split>][:<field>]"."""
+    tokenizer: str = "bytes"
+    """"bytes" (vocab 256), "chars", or "bpe" (trained locally on the train split)."""
+    bpe_vocab_size: int = 1024
+    """Vocabulary size when tokenizer is "bpe"."""
+    val_fraction: float = 0.05
+    """Fraction of documents held out for validation (split by document)."""
+    max_bytes: int | None = None
+    """Optional cap on corpus bytes (documents in sorted order until the cap)."""
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """The training recipe of one run. Steps follow from the token budget (see RunSpec)."""
+
+    batch_size: int = 32
+    """Sequences per optimizer step."""
+    lr: float = 3e-3
+    """Peak learning rate (AdamW)."""
+    min_lr_ratio: float = 0.1
+    """Final learning rate as a fraction of the peak (Chinchilla decays 10x)."""
+    warmup_steps: int = 0
+    """Linear warmup steps from 0 to the peak."""
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
+    """cosine: decay over exactly the planned steps (Chinchilla: the cosine length matches D).
+    wsd: warmup-stable-decay, linear decay over the last decay_fraction of steps."""
+    decay_fraction: float = 0.2
+    """wsd only: fraction of steps spent in the final decay."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay, applied to matrices only (not to norms or biases)."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this value (0 disables)."""
+    seed: int = 0
+    """Seeds initialisation and the batch sequence (batches are a function of (seed, step))."""
+    eval_interval: int = 0
+    """Evaluate every this many steps; 0 means steps // evals_per_run (at least 1)."""
+    evals_per_run: int = 8
+    """Number of evaluations along the run when eval_interval is 0 (plus one at the end)."""
+    eval_batches: int = 8
+    """Fixed validation batches per evaluation (of batch_size sequences each)."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+
+    def resolved_eval_interval(self, steps: int) -> int:
+        if self.eval_interval > 0:
+            return self.eval_interval
+        return max(1, steps // max(1, self.evals_per_run))
+
+
+@dataclass(frozen=True)
+class ExecSpec:
+    """How and where a run executes. Not part of run_id: it does not change what is learned."""
+
+    threads: int = 1
+    """torch intra-op threads (one per CPU the run is given)."""
+    device: str = "auto"
+    """auto (cuda > mps > cpu), cpu, cuda, cuda:N or mps."""
+    checkpoint_interval: int = 0
+    """Save a checkpoint every this many steps (0: only at the end)."""
+    log_interval: int = 10
+    """Log training loss every this many steps (one host sync per interval)."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    sweep: str
+    """Sweep (MLflow experiment) name."""
+    model: ModelConfig
+    data: DataSpec
+    train: TrainSpec
+    steps: int
+    """Optimizer steps; tokens = steps * batch_size * seq_len."""
+    budget: float | None = None
+    """Planned compute budget C in FLOPs for an isoflop cell (None otherwise)."""
+    flops_convention: str = "exact"
+    """The FLOP convention used to turn the budget into tokens."""
+    exec: ExecSpec = field(default_factory=ExecSpec)
+
+    @property
+    def tokens(self) -> int:
+        """D: tokens the optimizer consumes."""
+        return self.steps * self.train.batch_size * self.model.seq_len
+
+    def identity(self) -> dict:
+        """The values that define what is trained: the input of run_id."""
+        d = asdict(self)
+        d.pop("exec")
+        d.pop("sweep")  # the same run in two sweeps is the same run
+        return d
+
+    @property
+    def run_id(self) -> str:
+        blob = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, **asdict(self)}
+
+    @staticmethod
+    def from_dict(d: dict) -> RunSpec:
+        d = {k: v for k, v in d.items() if k != "run_id"}
+        return RunSpec(
+            sweep=d["sweep"], model=ModelConfig(**d["model"]), data=DataSpec(**d["data"]),
+            train=TrainSpec(**d["train"]), steps=d["steps"], budget=d.get("budget"),
+            flops_convention=d.get("flops_convention", "exact"),
+            exec=ExecSpec(**d.get("exec", {})),
+        )
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: the MLflow params of a spec."""
+    out: dict[str, object] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out

@@ -1,0 +1,334 @@
+"""`python -m pipeline.sweep FILE`: plan a sweep, run it on Ray, record it in MLflow, report.
+
+  1. load + validate the sweep file (errors before Ray or MLflow is touched)
+  2. expand to RunSpecs; --dry-run prints the plan with a measured time estimate and stops
+  3. build the token cache once, here, so workers only read it
+  4. MLflow ledger: create the store (once, here), the parent run, and a child run per spec;
+     finished and diverged runs are skipped, failed ones retried, interrupted ones resumed
+     from their last checkpoint
+  5. one Ray task per run (Ray Core, not Tune: we need no search algorithm or scheduler, and
+     a task per RunSpec keeps the ledger, retries and resume in our hands; Tune's experiment
+     state is what made restoring failed sweeps fragile for users)
+  6. progress on the terminal; Ctrl-C marks runs in flight killed (they resume next time)
+  7. summary table, then the fit and report (analysis.report) and the path to it
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from pipeline import flops, keys
+from pipeline.config import SweepConfig, SweepError, load_sweep
+from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
+from pipeline.spec import RunSpec
+
+# Plain logs (CI, files) get wide lines instead of rich's 80-column default.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _dur(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
+               slots: int) -> None:
+    table = Table(title=f"sweep {cfg.name!r}: {len(plan.specs)} runs ({cfg.kind}, "
+                        f"{cfg.family}, C under {cfg.flops_convention!r})")
+    for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb", "tokens D",
+                "D/N", "steps", "FLOPs (exact)", "est. time"):
+        table.add_column(col, justify="right" if col != "run_id" else "left")
+    total_flops = total_time = 0.0
+    for s in plan.specs:
+        m, n = s.model, flops.params_total(s.model)
+        c = flops.training_flops(m, s.tokens, "exact")
+        total_flops += c
+        est = estimate.get(s.run_id, math.nan) if estimate else math.nan
+        total_time += est
+        table.add_row(
+            s.run_id, _fmt(s.budget) if s.budget else "-",
+            f"{m.n_layer}/{m.d_model}/{m.n_heads}/{m.n_kv_heads}", f"{n:,}",
+            f"{flops.params_non_embedding(m):,}", f"{s.tokens:,}", f"{s.tokens / n:.1f}",
+            str(s.steps), _fmt(c), _dur(est),
+        )
+    console.print(table)
+    for sk in plan.skipped:
+        console.print(f"[yellow]skipped[/] {sk.label}: {sk.reason}")
+    line = f"total: {len(plan.specs)} runs, {_fmt(total_flops)} FLOPs (exact)"
+    if estimate:
+        line += (f", {_dur(total_time)} of run time, about {_dur(total_time / slots)} wall "
+                 f"with {slots} run(s) at a time (calibrated on this machine)")
+    console.print(line)
+
+
+@dataclass
+class Progress:
+    """Counts and the best loss per budget, printed as runs finish."""
+
+    total: int
+    skipped: int = 0
+    done: int = 0
+    failed: int = 0
+    diverged: int = 0
+    running: int = 0
+    started: float = field(default_factory=time.monotonic)
+    flops_done: float = 0.0
+    flops_left: float = 0.0
+    best: dict[str, float] = field(default_factory=dict)
+
+    def eta(self) -> float:
+        elapsed = time.monotonic() - self.started
+        if self.flops_done <= 0:
+            return math.nan
+        return self.flops_left * elapsed / self.flops_done
+
+    def line(self) -> str:
+        best = ", ".join(f"C={b}: {v:.3f}" for b, v in sorted(self.best.items(),
+                                                               key=lambda kv: float(kv[0])))
+        return (f"[{self.done + self.failed + self.diverged}/{self.total}] done {self.done}, "
+                f"running {self.running}, failed {self.failed}, diverged {self.diverged}, "
+                f"skipped {self.skipped}; time left ~{_dur(self.eta())}"
+                + (f"; best val loss {best}" if best else ""))
+
+
+def _init_ray(address: str | None, cpus: int | None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reporting
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        return
+    # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths: Ray's
+    # unix sockets must fit in 107 characters).
+    tmp = os.environ.get("RAY_TMPDIR")
+    ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
+             _temp_dir=tmp or None, log_to_driver=True,
+             runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
+
+
+def run_sweep(cfg: SweepConfig, plan: Plan, *, address: str | None, uri: str,
+              checkpoint_root: Path, cpus: int | None = None) -> dict[str, dict]:
+    """Launch every unfinished run of the plan on Ray; return results by run_id."""
+    import ray
+
+    from pipeline.tracking import Ledger
+    from pipeline.trial import run_trial
+
+    ledger = Ledger(uri, cfg.name)
+    parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
+                                "runs_planned": str(len(plan.specs))})
+    existing = ledger.trials()
+    todo: list[tuple[RunSpec, str]] = []
+    progress = Progress(total=len(plan.specs))
+    results: dict[str, dict] = {}
+    for spec in plan.specs:
+        rec = existing.get(spec.run_id)
+        if rec is not None and rec.status in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
+            progress.skipped += 1
+            results[spec.run_id] = {"run_id": spec.run_id, "status": rec.status, "skipped": True}
+            continue
+        if rec is None:
+            rec = ledger.create_trial(spec, parent)
+        elif rec.status != "queued":
+            console.print(f"{spec.run_id}: was {rec.status} after {rec.attempts} attempt(s); "
+                          "resuming from its last checkpoint")
+        todo.append((spec, rec.mlflow_run_id))
+    progress.total = len(todo)
+    if progress.skipped:
+        console.print(f"{progress.skipped} run(s) already finished or diverged in the ledger: "
+                      "not trained again")
+    if not todo:
+        console.print("nothing to train: every run of this sweep is already in the ledger")
+        ledger.mark(parent, "finished", "FINISHED")
+        return results
+
+    progress.flops_left = sum(flops.training_flops(s.model, s.tokens, "exact") for s, _ in todo)
+    _init_ray(address, cpus)
+    res = cfg.resources
+    task = ray.remote(run_trial).options(
+        num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=res.max_retries,
+        retry_exceptions=False,
+    )
+    pending = {}
+    for spec, mlflow_run_id in todo:
+        ckpt = str(checkpoint_root / cfg.name / spec.run_id)
+        pending[task.remote(spec.to_dict(), uri, mlflow_run_id, ckpt)] = (spec, mlflow_run_id)
+    by_budget: dict[str, list[float]] = defaultdict(list)
+    last_line = 0.0
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=2.0)
+            progress.running = min(len(pending), _slots(res.num_cpus, cpus))
+            for ref in ready:
+                spec, mlflow_run_id = pending.pop(ref)
+                progress.flops_left -= flops.training_flops(spec.model, spec.tokens, "exact")
+                try:
+                    out = ray.get(ref)
+                except (ray.exceptions.RayError, Exception) as e:  # noqa: BLE001
+                    # The worker died more often than max_retries allows (or Ray failed).
+                    out = {"run_id": spec.run_id, "status": keys.STATUS_FAILED,
+                           "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    ledger.mark(mlflow_run_id, keys.STATUS_FAILED, "FAILED")
+                results[spec.run_id] = out
+                _report_one(spec, out, progress, by_budget)
+            if time.monotonic() - last_line > 30 or ready:
+                console.print(progress.line())
+                last_line = time.monotonic()
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: cancelling runs in flight; they are marked "
+                      "killed and resume from their checkpoints on the next invocation")
+        for ref, (_spec, mlflow_run_id) in pending.items():
+            ray.cancel(ref, force=True)
+            ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
+        ledger.mark(parent, keys.STATUS_KILLED, "KILLED")
+        raise
+    finally:
+        ray.shutdown()
+    ledger.mark(parent, keys.STATUS_FINISHED, "FINISHED")
+    return results
+
+
+def _slots(num_cpus: int, cpus: int | None) -> int:
+    return max(1, (cpus or os.cpu_count() or 1) // num_cpus)
+
+
+def _report_one(spec: RunSpec, out: dict, progress: Progress,
+                by_budget: dict[str, list[float]]) -> None:
+    m = spec.model
+    shape = f"{m.family} L{m.n_layer} d{m.d_model} N={flops.params_total(m):,} D={spec.tokens:,}"
+    status = out.get("status")
+    if status == keys.STATUS_FINISHED:
+        progress.done += 1
+        loss = out["final_val_loss"]
+        progress.flops_done += out["flops"]["exact"]
+        budget = _fmt(spec.budget) if spec.budget else "-"
+        progress.best[budget] = min(progress.best.get(budget, math.inf), loss)
+        by_budget[budget].append(loss)
+        console.print(f"[green]finished[/] {spec.run_id} {shape}: val loss {loss:.4f} in "
+                      f"{out['wall_s']:.1f}s ({out['tokens_per_s']:,.0f} tok/s, attempt "
+                      f"{out.get('attempts', 1)})")
+    elif status == keys.STATUS_DIVERGED:
+        progress.diverged += 1
+        console.print(f"[yellow]diverged[/] {spec.run_id} {shape} at step "
+                      f"{out.get('diverged_step')}")
+    else:
+        progress.failed += 1
+        console.print(f"[red]failed[/] {spec.run_id} {shape}: {out.get('error')}")
+
+
+def summary(results: dict[str, dict], plan: Plan) -> None:
+    table = Table(title="runs")
+    for col in ("run_id", "budget", "shape", "N", "D", "status", "val loss"):
+        table.add_column(col)
+    for s in plan.specs:
+        out = results.get(s.run_id, {})
+        loss = out.get("final_val_loss")
+        table.add_row(s.run_id, _fmt(s.budget) if s.budget else "-",
+                      f"L{s.model.n_layer} d{s.model.d_model}", f"{flops.params_total(s.model):,}",
+                      f"{s.tokens:,}", str(out.get("status", "?"))
+                      + (" (already done)" if out.get("skipped") else ""),
+                      f"{loss:.4f}" if isinstance(loss, float) else "-")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipeline.sweep",
+                                description="Plan, run, record and report a scaling sweep.")
+    p.add_argument("sweep_file")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    p.add_argument("--no-estimate", action="store_true",
+                   help="dry run without the throughput calibration")
+    p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
+                   help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+    p.add_argument("--checkpoint-dir", default=os.environ.get("SCALING_CHECKPOINT_DIR",
+                                                              "checkpoints"),
+                   help="root of run checkpoints (shared storage on a cluster)")
+    p.add_argument("--no-report", action="store_true", help="skip the fit and report")
+    args = p.parse_args(argv)
+
+    try:
+        cfg = load_sweep(args.sweep_file)
+    except SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    vocab = vocab_size_for(cfg)
+    if vocab is None:  # chars: the vocabulary depends on the corpus
+        from pipeline.train import load_data
+
+        vocab = _data_for(cfg, args.sweep_file, load_data).vocab_size
+    plan = expand(cfg, args.sweep_file, vocab)
+    if not plan.specs:
+        print(f"error: {args.sweep_file}: the sweep has no buildable run "
+              f"({len(plan.skipped)} cell(s) skipped)", file=sys.stderr)
+        for sk in plan.skipped:
+            print(f"  {sk.label}: {sk.reason}", file=sys.stderr)
+        return 2
+    slots = _slots(cfg.resources.num_cpus, args.cpus)
+    if args.dry_run:
+        estimate = None
+        if not args.no_estimate:
+            from pipeline.estimate import calibrate
+
+            cal = calibrate(plan.specs)
+            estimate = {s.run_id: cal.seconds(s) for s in plan.specs}
+        print_plan(cfg, plan, estimate, slots)
+        return 0
+
+    from pipeline.tracking import default_tracking_uri, is_local_store
+
+    uri = default_tracking_uri()
+    if args.address and is_local_store(uri):
+        print(f"error: a cluster address is set ({args.address}) but the MLflow tracking URI "
+              f"is a local store ({uri}): workers on other nodes cannot write it. Start a "
+              "tracking server (docs/cluster.md) and set MLFLOW_TRACKING_URI=http://HOST:PORT",
+              file=sys.stderr)
+        return 2
+    print_plan(cfg, plan, None, slots)
+    from pipeline.train import load_data
+
+    _data_for(cfg, args.sweep_file, load_data)  # build the token cache once, before workers
+    t0 = time.monotonic()
+    results = run_sweep(cfg, plan, address=args.address, uri=uri,
+                        checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
+    summary(results, plan)
+    failed = [r for r in results.values() if r.get("status") == keys.STATUS_FAILED]
+    console.print(f"sweep {cfg.name!r}: {len(results)} runs in {_dur(time.monotonic() - t0)}; "
+                  f"tracking at {uri} (mlflow ui --backend-store-uri {uri})")
+    if not args.no_report:
+        _report(cfg.name, uri, args.sweep_file)
+    return 1 if failed else 0
+
+
+def _data_for(cfg: SweepConfig, sweep_file: str, load_data):
+    return load_data(data_spec_for(cfg, sweep_file))
+
+
+def _report(name: str, uri: str, sweep_file: str) -> None:
+    try:
+        from analysis import report
+    except ImportError:
+        console.print("(analysis.report is not available: no report written)")
+        return
+    report.main(["--sweep", name, "--tracking-uri", uri, "--sweep-file", sweep_file])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""MLflow, write side: the only module of pipeline/ that imports mlflow.
+
+MLflow is the ledger of a sweep: one experiment per sweep (named after it), one parent run
+(tag kind=sweep) and one child run per RunSpec (tag kind=trial, run_id=<spec hash>). Keys are
+the constants of pipeline.keys. Everything goes through MlflowClient with explicit run ids
+(no global "active run"), so Ray workers and threads cannot mix runs up.
+
+Default store: sqlite:///<working folder>/mlflow.db, MLflow's own default; MLFLOW_TRACKING_URI
+is honoured. Several processes creating the same fresh sqlite database at once corrupt it,
+so the driver calls prepare_store() before any worker writes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from pipeline import keys
+from pipeline.spec import RunSpec, flatten
+
+# MLflow's log_batch limits (per call): 1000 metrics, 100 params, 100 tags.
+_MAX_METRICS, _MAX_PARAMS = 1000, 100
+_MAX_PARAM_LEN = 6000
+
+
+def default_tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI if set, else an absolute sqlite file in the working folder."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
+
+
+def is_local_store(uri: str) -> bool:
+    """True for stores that only processes on this machine can reach (sqlite or a folder)."""
+    return uri.startswith(("sqlite:", "file:", "/", ".")) or "://" not in uri
+
+
+def prepare_store(uri: str, experiment: str) -> str:
+    """Create the database (once, here) and the experiment if missing; return its id.
+
+    For a sqlite store the artifacts go next to the database file, as an absolute path, so
+    every worker process (whatever its working folder) writes to the same place.
+    """
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is not None:
+        return found.experiment_id
+    artifact_location = None
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        artifact_location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
+    return client.create_experiment(experiment, artifact_location=artifact_location)
+
+
+@dataclass
+class TrialRecord:
+    """A child run already in the ledger."""
+
+    mlflow_run_id: str
+    run_id: str
+    status: str  # keys.STATUS_*
+    attempts: int
+
+
+class Ledger:
+    """Finding and creating runs of one sweep (used by the driver only)."""
+
+    def __init__(self, uri: str, experiment: str) -> None:
+        self.uri = uri
+        self.experiment = experiment
+        self.experiment_id = prepare_store(uri, experiment)
+        self.client = MlflowClient(tracking_uri=uri)
+
+    def _search(self, filter_string: str) -> list:
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id], filter_string, max_results=5000, page_token=token
+            )
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    def trials(self) -> dict[str, TrialRecord]:
+        """Child runs by run_id. If a run_id has several MLflow runs, the finished one wins."""
+        found: dict[str, TrialRecord] = {}
+        for run in self._search(f"tags.{keys.TAG_KIND} = 'trial'"):
+            tags = run.data.tags
+            rec = TrialRecord(
+                mlflow_run_id=run.info.run_id, run_id=tags.get(keys.TAG_RUN_ID, ""),
+                status=tags.get(keys.TAG_STATUS, keys.STATUS_RUNNING),
+                attempts=int(tags.get(keys.TAG_ATTEMPTS, "0") or 0),
+            )
+            old = found.get(rec.run_id)
+            if old is None or rec.status == keys.STATUS_FINISHED:
+                found[rec.run_id] = rec
+        return found
+
+    def parent_run(self, tags: dict[str, str]) -> str:
+        """The sweep's parent run: reused across invocations of the same sweep."""
+        existing = self._search(f"tags.{keys.TAG_KIND} = 'sweep'")
+        if existing:
+            run_id = existing[0].info.run_id
+            self.client.update_run(run_id, status="RUNNING")
+        else:
+            run = self.client.create_run(
+                self.experiment_id, run_name=self.experiment,
+                tags={keys.TAG_KIND: "sweep", keys.TAG_SWEEP: self.experiment},
+            )
+            run_id = run.info.run_id
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        return run_id
+
+    def create_trial(self, spec: RunSpec, parent_run_id: str | None) -> TrialRecord:
+        """A new child run for spec, with params, tags and the resolved spec as an artifact."""
+        tags = {
+            keys.TAG_KIND: "trial", keys.TAG_SWEEP: spec.sweep, keys.TAG_RUN_ID: spec.run_id,
+            keys.TAG_FAMILY: spec.model.family,
+            keys.TAG_BUDGET: "" if spec.budget is None else f"{spec.budget:.6g}",
+            keys.TAG_STATUS: "queued", keys.TAG_ATTEMPTS: "0",
+        }
+        if parent_run_id:
+            tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
+        name = f"{spec.model.family}-L{spec.model.n_layer}-d{spec.model.d_model}-{spec.run_id[:6]}"
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        rid = run.info.run_id
+        params = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in flatten(spec.to_dict()).items()]
+        params.append(Param("tokens", str(spec.tokens)))
+        for i in range(0, len(params), _MAX_PARAMS):
+            self.client.log_batch(rid, params=params[i : i + _MAX_PARAMS])
+        self.client.log_dict(rid, spec.to_dict(), keys.SPEC_ARTIFACT)
+        return TrialRecord(rid, spec.run_id, "queued", 0)
+
+    def mark(self, mlflow_run_id: str, status: str, mlflow_status: str) -> None:
+        self.client.set_tag(mlflow_run_id, keys.TAG_STATUS, status)
+        self.client.set_terminated(mlflow_run_id, status=mlflow_status)
+
+
+class MLflowTracker:
+    """The trainer's tracker for one child run: buffers metrics, writes them with log_batch."""
+
+    def __init__(self, uri: str, mlflow_run_id: str, flush_every: int = 200) -> None:
+        self.client = MlflowClient(tracking_uri=uri)
+        self.run_id = mlflow_run_id
+        self._buffer: list[Metric] = []
+        self._flush_every = flush_every
+
+    def start_attempt(self) -> int:
+        """Mark the run RUNNING and count this attempt (a tag, visible in the UI)."""
+        run = self.client.get_run(self.run_id)
+        attempts = int(run.data.tags.get(keys.TAG_ATTEMPTS, "0") or 0) + 1
+        self.client.update_run(self.run_id, status="RUNNING")
+        self.set_tags({keys.TAG_ATTEMPTS: str(attempts), keys.TAG_STATUS: keys.STATUS_RUNNING})
+        return attempts
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        now = int(time.time() * 1000)
+        self._buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
+        if len(self._buffer) >= self._flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        while self._buffer:
+            chunk, self._buffer = self._buffer[:_MAX_METRICS], self._buffer[_MAX_METRICS:]
+            self.client.log_batch(self.run_id, metrics=chunk)
+
+    def log_summary(self, metrics: dict[str, float]) -> None:
+        # Summary values at step 0 of their own keys; "latest value" is what search shows.
+        self.log_metrics(metrics, 0)
+        self.flush()
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_dict(self, obj: dict, name: str) -> None:
+        self.client.log_dict(self.run_id, obj, name)
+
+    def log_text(self, text: str, name: str) -> None:
+        self.client.log_text(self.run_id, text, name)
+
+    def end(self, status: str) -> None:
+        """status is keys.STATUS_*; the MLflow run status follows it."""
+        self.flush()
+        mlflow_status = {
+            keys.STATUS_FINISHED: "FINISHED", keys.STATUS_DIVERGED: "FINISHED",
+            keys.STATUS_KILLED: "KILLED",
+        }.get(status, "FAILED")
+        self.set_tags({keys.TAG_STATUS: status})
+        self.client.set_terminated(self.run_id, status=mlflow_status)

@@ -1,0 +1,363 @@
+"""One training run: train(spec, tracker) -> RunResult.
+
+Imports neither Ray nor MLflow: the tracker object is handed in (pipeline.tracking has the
+MLflow one; NullTracker here records nothing). The recipe:
+  1. data: tokens from pipeline.data (memmap), batches a pure function of (seed, step)
+  2. model: pipeline.model.Transformer from the resolved ModelConfig
+  3. AdamW, decoupled weight decay on matrices only; global-norm gradient clipping
+  4. schedule: linear warmup, then cosine to min_lr_ratio x peak over exactly the planned
+     steps (Chinchilla: the cosine length matches D), or warmup-stable-decay
+  5. validation loss (nats/token) and bits/byte on fixed batches every eval_interval steps
+  6. checkpoints every checkpoint_interval steps and at the end; resume continues from one
+  7. a non-finite loss ends the run with status "diverged" at the step it happened
+
+CLI: python -m pipeline.train --family gpt --n-layer 2 --d-model 64 --tokens 2e6
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from pipeline import checkpoint, flops, keys
+from pipeline.data import DataConfig, TokenData, eval_batches, get_batch, prepare_data
+from pipeline.model import Transformer
+from pipeline.spec import DataSpec, RunSpec
+
+
+class Tracker(Protocol):
+    """What the trainer needs from a tracker (pipeline.tracking.MLflowTracker implements it)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_summary(self, metrics: dict[str, float]) -> None: ...
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+
+
+class NullTracker:
+    """Keeps metrics in memory; for tests and for calling train() without MLflow."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int, dict[str, float]]] = []
+        self.summary: dict[str, float] = {}
+        self.tags: dict[str, str] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.metrics.append((step, dict(metrics)))
+
+    def log_summary(self, metrics: dict[str, float]) -> None:
+        self.summary.update(metrics)
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.tags.update(tags)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str  # keys.STATUS_FINISHED or keys.STATUS_DIVERGED
+    steps: int  # optimizer steps completed
+    tokens: int  # D actually consumed
+    params_total: int
+    params_non_embedding: int
+    flops: dict[str, float]  # training FLOPs under each convention of pipeline.flops
+    final_val_loss: float = math.nan
+    final_val_bpb: float = math.nan
+    final_train_loss: float = math.nan
+    wall_s: float = 0.0
+    tokens_per_s: float = 0.0
+    diverged_step: int | None = None
+    resumed_from: int | None = None  # step of the checkpoint this attempt started from
+    curve: dict[str, list[float]] = field(default_factory=dict)  # step, tokens, val_loss
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def lr_at(step: int, spec: RunSpec) -> float:
+    """Learning rate for optimizer step `step` (0-based) of a run of spec.steps steps."""
+    t, n = spec.train, spec.steps
+    peak, floor = t.lr, t.lr * t.min_lr_ratio
+    if step < t.warmup_steps:
+        return peak * (step + 1) / t.warmup_steps
+    if t.schedule == "constant":
+        return peak
+    if t.schedule == "wsd":
+        decay_start = n - max(1, round(t.decay_fraction * n))
+        if step < decay_start:
+            return peak
+        frac = (step - decay_start + 1) / max(1, n - decay_start)
+        return peak + (floor - peak) * frac
+    # cosine from the end of warmup to the last step, landing exactly on floor at step n-1
+    span = max(1, n - 1 - t.warmup_steps)
+    frac = min(1.0, (step - t.warmup_steps) / span)
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * frac))
+
+
+def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) -> torch.optim.AdamW:
+    # Decay matrices (linear weights, embeddings); never norms or biases (AdamW, Loshchilov 2019).
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": spec.train.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    t = spec.train
+    # foreach kernels batch the per-parameter updates (many small tensors at these sizes).
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), foreach=True)
+
+
+def _autocast(spec: RunSpec, device: torch.device):
+    use_bf16 = spec.train.precision == "bf16" or (
+        spec.train.precision == "auto" and device.type == "cuda"
+    )
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, batches, spec: RunSpec, device: torch.device) -> float:
+    """Mean validation cross-entropy (nats/token) over the fixed eval batches."""
+    model.eval()
+    total = torch.zeros((), device=device)
+    for x, y in batches:
+        with _autocast(spec, device):
+            _, loss = model(x, y)
+        total += loss.float()
+    model.train()
+    return (total / len(batches)).item()
+
+
+def load_data(d: DataSpec, cache_dir: str | None = None) -> TokenData:
+    """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped)."""
+    return prepare_data(DataConfig(
+        corpus=d.corpus, tokenizer=d.tokenizer, bpe_vocab_size=d.bpe_vocab_size,
+        val_fraction=d.val_fraction, max_bytes=d.max_bytes, cache_dir=cache_dir,
+    ))
+
+
+def train(
+    spec: RunSpec,
+    tracker: Tracker | None = None,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = True,
+    data: TokenData | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Train one run to spec.steps steps (or until divergence) and return its result.
+
+    checkpoint_dir: where checkpoints go (none are written when None). With resume=True the
+    newest good checkpoint there is loaded first. on_step(step) is called after every
+    optimizer step (used by fault-injection tests and progress reporting).
+    """
+    tracker = tracker or NullTracker()
+    t, cfg = spec.train, spec.model
+    torch.set_num_threads(spec.exec.threads)
+    device = pick_device(spec.exec.device)
+    data = data or load_data(spec.data)
+    if data.vocab_size != cfg.vocab_size:
+        raise ValueError(
+            f"model vocab_size={cfg.vocab_size} does not match the tokenizer's "
+            f"{data.vocab_size} ({spec.data.tokenizer})"
+        )
+    torch.manual_seed(t.seed)
+    model = Transformer(cfg).to(device)
+    optimizer = make_optimizer(model, spec, device)
+    n_total, n_non_emb = flops.params_total(cfg), flops.params_non_embedding(cfg)
+    flops_per_token = {c: flops.flops_per_token(cfg, c) for c in flops.CONVENTIONS}
+    tokens_per_step = t.batch_size * cfg.seq_len
+    bytes_per_token = data.bytes_per_token("val")
+    evals = eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches, device=device)
+    eval_every = t.resolved_eval_interval(spec.steps)
+    log_every = max(1, spec.exec.log_interval)
+
+    start_step, resumed_from, wall_before = 0, None, 0.0
+    curve: dict[str, list[float]] = {"step": [], "tokens": [], "val_loss": []}
+    if resume and checkpoint_dir is not None:
+        state = checkpoint.load_latest(checkpoint_dir, map_location=device)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+            start_step = resumed_from = int(state["step"])
+            curve = {k: list(v) for k, v in state["curve"].items()}
+            wall_before = float(state["wall_s"])
+
+    def save_checkpoint(step: int, wall: float) -> None:
+        if checkpoint_dir is None:
+            return
+        checkpoint.save(checkpoint_dir, step, {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": torch.get_rng_state(), "step": step, "curve": curve, "wall_s": wall,
+            "run_id": spec.run_id,
+        })
+
+    def record_eval(step: int) -> float:
+        val = evaluate(model, evals, spec, device)
+        curve["step"].append(step)
+        curve["tokens"].append(step * tokens_per_step)
+        curve["val_loss"].append(val)
+        tracker.log_metrics({
+            keys.VAL_LOSS: val, keys.VAL_BPB: val / math.log(2) * (1 / bytes_per_token),
+            keys.TOKENS: step * tokens_per_step,
+        }, step)
+        return val
+
+    model.train()
+    t0 = time.perf_counter()
+    # Per-step losses stay on the device; one host sync per log interval (no .item() per step).
+    window = torch.zeros(log_every, device=device)
+    window_start = start_step
+    last_train_loss, diverged_step, step = math.nan, None, start_step
+    tokens_timed, t_timed = 0, time.perf_counter()
+    for step in range(start_step, spec.steps):
+        lr = lr_at(step, spec)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(data.train, t.batch_size, cfg.seq_len, t.seed, step, device=device)
+        with _autocast(spec, device):
+            _, loss = model(x, y)
+        loss.backward()
+        if t.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        window[step - window_start] = loss.detach()
+        done = step + 1
+        if done - window_start == log_every or done == spec.steps:
+            losses = window[: done - window_start].cpu()
+            bad = (~torch.isfinite(losses)).nonzero()
+            if len(bad):
+                diverged_step = window_start + int(bad[0])
+                break
+            last_train_loss = float(losses.mean())
+            now = time.perf_counter()
+            tokens_timed += (done - window_start) * tokens_per_step
+            tracker.log_metrics({
+                keys.TRAIN_LOSS: last_train_loss, keys.TRAIN_LR: lr,
+                keys.TOKENS: done * tokens_per_step,
+                keys.THROUGHPUT: tokens_timed / max(now - t_timed, 1e-9),
+            }, done)
+            tokens_timed, t_timed = 0, now
+            window_start = done
+        if on_step is not None:
+            on_step(done)
+        if done % eval_every == 0 and done != spec.steps:
+            record_eval(done)
+        ci = spec.exec.checkpoint_interval
+        if ci > 0 and done % ci == 0 and done != spec.steps:
+            save_checkpoint(done, wall_before + time.perf_counter() - t0)
+
+    wall = wall_before + time.perf_counter() - t0
+    steps_done = diverged_step if diverged_step is not None else spec.steps
+    tokens = steps_done * tokens_per_step
+    result = RunResult(
+        run_id=spec.run_id, status=keys.STATUS_FINISHED, steps=steps_done, tokens=tokens,
+        params_total=n_total, params_non_embedding=n_non_emb,
+        flops={c: f * tokens for c, f in flops_per_token.items()},
+        final_train_loss=last_train_loss, wall_s=wall, resumed_from=resumed_from,
+        tokens_per_s=(steps_done - start_step) * tokens_per_step / max(wall - wall_before, 1e-9),
+    )
+    if diverged_step is not None:
+        result.status, result.diverged_step = keys.STATUS_DIVERGED, diverged_step
+        tracker.set_tags({keys.TAG_DIVERGED_STEP: str(diverged_step)})
+    else:
+        result.final_val_loss = record_eval(spec.steps)
+        result.final_val_bpb = result.final_val_loss / math.log(2) / bytes_per_token
+        save_checkpoint(spec.steps, wall)
+    result.curve = curve
+    summary = {
+        keys.FINAL_TOKENS: tokens, keys.FINAL_STEPS: steps_done, keys.FINAL_WALL_S: wall,
+        keys.FINAL_TOKENS_PER_S: result.tokens_per_s, keys.PARAMS_TOTAL: n_total,
+        keys.PARAMS_NON_EMBEDDING: n_non_emb,
+        **{keys.flops_key(c): v for c, v in result.flops.items()},
+    }
+    for key, value in ((keys.FINAL_VAL_LOSS, result.final_val_loss),
+                       (keys.FINAL_VAL_BPB, result.final_val_bpb),
+                       (keys.FINAL_TRAIN_LOSS, result.final_train_loss)):
+        if math.isfinite(value):
+            summary[key] = value
+    tracker.log_summary(summary)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Single-run CLI: train one model on the default corpus and log it to MLflow."""
+    import argparse
+    import json
+
+    from pipeline.families import make_config
+    from pipeline.spec import ExecSpec, TrainSpec
+
+    p = argparse.ArgumentParser(prog="python -m pipeline.train", description=main.__doc__)
+    p.add_argument("--family", choices=["gpt", "llama"], default="gpt")
+    p.add_argument("--n-layer", type=int, default=2)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--head-dim", type=int, default=16)
+    p.add_argument("--tokens", type=float, default=2e6, help="training tokens D (default 2e6)")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of steps")
+    p.add_argument("--schedule", choices=["cosine", "wsd", "constant"], default="cosine")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus", default="stdlib")
+    p.add_argument("--tokenizer", default="bytes", choices=["bytes", "chars", "bpe"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--experiment", default="single-runs", help="MLflow experiment name")
+    p.add_argument("--checkpoint-dir", default="checkpoints")
+    p.add_argument("--checkpoint-interval", type=int, default=0)
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="continue from the run's latest checkpoint if there is one")
+    args = p.parse_args(argv)
+
+    from pipeline.tracking import Ledger, default_tracking_uri
+    from pipeline.trial import execute_trial
+
+    data_spec = DataSpec(corpus=args.corpus, tokenizer=args.tokenizer)
+    data = load_data(data_spec)  # builds the token cache once; the trial reloads it from disk
+    cfg = make_config(args.family, args.n_layer, args.d_model, vocab_size=data.vocab_size,
+                      seq_len=args.seq_len, head_dim=args.head_dim)
+    steps = max(1, round(args.tokens / (args.batch_size * args.seq_len)))
+    warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
+    spec = RunSpec(
+        sweep=args.experiment, model=cfg, data=data_spec,
+        train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
+                        schedule=args.schedule, seed=args.seed, precision=args.precision),
+        steps=steps,
+        exec=ExecSpec(threads=args.threads, device=args.device,
+                      checkpoint_interval=args.checkpoint_interval),
+    )
+    uri = default_tracking_uri()
+    ledger = Ledger(uri, args.experiment)
+    existing = ledger.trials().get(spec.run_id)
+    if existing is not None and existing.status == keys.STATUS_FINISHED:
+        print(f"run {spec.run_id} already finished in experiment {args.experiment!r} ({uri}); "
+              "nothing to do")
+        return 0
+    record = existing or ledger.create_trial(spec, parent_run_id=None)
+    print(f"run {spec.run_id}: {cfg.family} n_layer={cfg.n_layer} d_model={cfg.d_model} "
+          f"N={flops.params_total(cfg):,} (non-emb {flops.params_non_embedding(cfg):,}) "
+          f"D={spec.tokens:,} tokens in {steps} steps; tracking at {uri}")
+    ckpt = str(Path(args.checkpoint_dir).resolve() / args.experiment / spec.run_id)
+    out = execute_trial(spec, uri, record.mlflow_run_id, ckpt)
+    print(json.dumps(out, indent=2, default=str))
+    return 0 if out["status"] == keys.STATUS_FINISHED else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -34,6 +34,7 @@ TAG_STATUS = "status"  # one of STATUSES
 TAG_KIND = "kind"  # "sweep" on the parent run, "trial" on child runs
 TAG_ATTEMPTS = "attempts"  # how many times this run_id was started
 TAG_DIVERGED_STEP = "diverged_at_step"
+TAG_RESUMED_FROM = "resumed_from_step"  # checkpoint step the last attempt started from
 TAG_ERROR = "error"  # one-line reason of a failure (the traceback is an artifact)
 
 STATUS_RUNNING = "running"

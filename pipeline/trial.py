@@ -55,6 +55,8 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
         return {"run_id": spec.run_id, "status": keys.STATUS_FAILED, "attempts": attempts,
                 "error": f"{type(e).__name__}: {e}"}
     tracker.log_dict(result.curve, keys.CURVE_ARTIFACT)
+    if result.resumed_from is not None:
+        tracker.set_tags({keys.TAG_RESUMED_FROM: str(result.resumed_from)})
     tracker.end(result.status)
     out = asdict(result)
     out.pop("curve")

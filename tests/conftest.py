@@ -1,0 +1,39 @@
+"""Test-session environment: every scratch file goes to a temporary folder.
+
+Ray's session files (RAY_TMPDIR, a short path because Ray's unix sockets must fit in 107
+characters), the token cache, torch's inductor cache and the MLflow store never land in the
+project, /tmp/ray or the home folder. Usage-stats reporting is off.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_SCRATCH = Path(tempfile.mkdtemp(prefix="sp-"))
+_DEFAULTS = {
+    "RAY_TMPDIR": str(_SCRATCH / "ray"),
+    "SCALING_CACHE_DIR": str(_SCRATCH / "cache"),
+    "TORCHINDUCTOR_CACHE_DIR": str(_SCRATCH / "inductor"),
+    "MLFLOW_TRACKING_URI": f"sqlite:///{_SCRATCH / 'mlflow.db'}",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+for _key, _value in _DEFAULTS.items():
+    os.environ[_key] = _value
+for _key in ("RAY_TMPDIR", "SCALING_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+    Path(os.environ[_key]).mkdir(parents=True, exist_ok=True)
+os.environ.pop("RAY_ADDRESS", None)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_SCRATCH, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def scratch() -> Path:
+    """The session's scratch folder (shared token cache lives under it)."""
+    return _SCRATCH

@@ -1,0 +1,137 @@
+"""End-to-end sweeps through Ray and MLflow: run, re-run (nothing trained), killed driver."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from pipeline import keys
+
+pytestmark = pytest.mark.slow
+
+TINY = Path(__file__).parent / "data" / "sweeps" / "tiny.yaml"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return env
+
+
+def _sweep(tmp_path: Path, sweep: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2", "--no-report",
+           *extra]
+    return subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=300, **kw)
+
+
+def _trials(tmp_path: Path, name: str) -> list:
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        return []
+    return client.search_runs([exp.experiment_id], f"tags.{keys.TAG_KIND} = 'trial'")
+
+
+def test_sweep_runs_everything_then_reruns_nothing(tmp_path: Path) -> None:
+    sweep = tmp_path / "tiny.yaml"
+    shutil.copy(TINY, sweep)
+    first = _sweep(tmp_path, sweep)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    runs = _trials(tmp_path, "tiny")
+    assert len(runs) == 4
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
+        assert tags[keys.TAG_STATUS] == keys.STATUS_FINISHED
+        assert tags[keys.TAG_SWEEP] == "tiny" and tags[keys.TAG_FAMILY] == "gpt"
+        assert float(tags[keys.TAG_BUDGET]) in (3e9, 6e9)
+        assert tags[keys.TAG_ATTEMPTS] == "1"
+        assert 0 < metrics[keys.FINAL_VAL_LOSS] < 5.545  # below ln(256): it learned
+        assert metrics[keys.PARAMS_TOTAL] > metrics[keys.PARAMS_NON_EMBEDDING] > 0
+        # isoflop: achieved exact FLOPs within 1% of the budget
+        budget = float(tags[keys.TAG_BUDGET])
+        assert abs(metrics[keys.flops_key("exact")] / budget - 1) < 0.01
+        assert params["model.family"] == "gpt"
+        history = client.get_metric_history(run.info.run_id, keys.VAL_LOSS)
+        assert len(history) >= 4  # a curve the UI can overlay
+    assert "finished" in first.stdout
+
+    second = _sweep(tmp_path, sweep)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "nothing to train" in second.stdout
+    again = _trials(tmp_path, "tiny")
+    assert len(again) == 4
+    assert all(r.data.tags[keys.TAG_ATTEMPTS] == "1" for r in again)
+
+
+def _raylets_below(root: Path) -> list[int]:
+    """PIDs of Ray processes whose command line mentions our temp folder."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines()[1:]
+            if str(root) in line and ("raylet" in line or "gcs_server" in line)]
+
+
+def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
+    # Longer runs than tiny.yaml, checkpointed often, so the kill lands mid-run.
+    text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [2.5e10, 5e10]")
+    text = text.replace("resources:\n  num_cpus: 1",
+                        "resources:\n  num_cpus: 1\n  checkpoint_interval: 100")
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(text)
+    ray_tmp = Path(os.environ["RAY_TMPDIR"])
+    cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2", "--no-report"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        finished_before: set[str] = set()
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                runs = _trials(tmp_path, "tiny")
+            except Exception:  # noqa: BLE001 - the db may be mid-creation
+                continue
+            finished_before = {r.data.tags[keys.TAG_RUN_ID] for r in runs
+                               if r.data.tags.get(keys.TAG_STATUS) == keys.STATUS_FINISHED}
+            running = [r for r in runs if r.data.tags.get(keys.TAG_STATUS) == "running"]
+            if finished_before and running:
+                break
+        assert proc.poll() is None, "sweep ended before it could be killed"
+        assert finished_before, "no run finished before the deadline"
+        os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray's own reaper must clean up
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stdout.close()
+    # The driver's local Ray instance goes with it (no raylet left behind).
+    deadline = time.monotonic() + 30
+    while _raylets_below(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    leftover = _raylets_below(ray_tmp)
+    for pid in leftover:
+        os.kill(pid, signal.SIGKILL)
+    assert not leftover, f"Ray processes outlived the killed driver: {leftover}"
+
+    rerun = _sweep(tmp_path, sweep)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    runs = _trials(tmp_path, "tiny")
+    assert len(runs) == 4
+    assert all(r.info.status == "FINISHED" for r in runs)
+    attempts = {r.data.tags[keys.TAG_RUN_ID]: int(r.data.tags[keys.TAG_ATTEMPTS]) for r in runs}
+    # Finished runs were not trained again; interrupted ones were started a second time.
+    assert all(attempts[rid] == 1 for rid in finished_before)
+    resumed = [r for r in runs if r.data.tags[keys.TAG_RUN_ID] not in finished_before
+               and r.data.tags.get(keys.TAG_RESUMED_FROM)]
+    assert resumed, "no interrupted run resumed from a checkpoint"
+    assert all(int(r.data.tags[keys.TAG_RESUMED_FROM]) % 100 == 0 for r in resumed)

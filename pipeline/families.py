@@ -17,6 +17,11 @@ The shape rule (nanochat's depth knob, with our own constants):
   d_ff     = 4 * d_model (gpt); 2/3 * 4 * d_model rounded up to ffn_multiple (llama)
 Kaplan et al. 2020 (Fig. 5) found loss nearly independent of the aspect ratio d_model/n_layer
 over a wide range, so fixing it and moving only depth is a fair one-knob family.
+
+At CPU scale depth is a coarse knob (depth 1 -> 2 -> 3 multiplies N by ~4x, then ~2.5x), too
+coarse for 5-7 sizes per IsoFLOP budget. The rule's alternative knob is width, in head_dim units:
+  d_model = width * head_dim,  n_layer = max(1, floor(d_model / aspect_ratio + 1/2))
+which moves N by ~1.3-1.7x per step while keeping the aspect ratio close to the target.
 """
 
 from __future__ import annotations
@@ -121,7 +126,11 @@ class ShapeRule:
     ffn_multiple: int = 16
     """llama: SwiGLU hidden size is rounded up to a multiple of this (LLaMA uses 256)."""
     max_depth: int = 64
-    """Largest depth the rule accepts."""
+    """Largest depth (n_layer) the rule produces."""
+    knob: Literal["depth", "width"] = "depth"
+    """The size knob: depth (n_layer) or width (d_model in head_dim units)."""
+    max_width: int = 512
+    """Largest width, in head_dim units, when knob is "width"."""
 
     def __post_init__(self) -> None:
         if self.aspect_ratio <= 0:
@@ -202,6 +211,30 @@ def shape_for_depth(
     )
 
 
+def shape_for_width(
+    family: str, width: int, rule: ShapeRule, *, vocab_size: int, seq_len: int
+) -> ModelConfig:
+    """The width knob: d_model = width * head_dim, depth from the aspect ratio (rounded half up)."""
+    if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= rule.max_width:
+        raise ShapeError(f"width must be an integer in [1, {rule.max_width}], got {width!r}")
+    d_model = width * rule.head_dim
+    n_layer = max(1, math.floor(d_model / rule.aspect_ratio + 0.5))
+    if n_layer > rule.max_depth:
+        raise ShapeError(f"width {width} gives n_layer={n_layer} > max_depth={rule.max_depth}")
+    return make_config(
+        family, n_layer, d_model, vocab_size=vocab_size, seq_len=seq_len,
+        head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple,
+    )
+
+
+def shape_for_size(
+    family: str, size: int, rule: ShapeRule, *, vocab_size: int, seq_len: int
+) -> ModelConfig:
+    """The rule's knob (depth or width) -> shape."""
+    make = shape_for_width if rule.knob == "width" else shape_for_depth
+    return make(family, size, rule, vocab_size=vocab_size, seq_len=seq_len)
+
+
 def with_overrides(cfg: ModelConfig, **changes: object) -> ModelConfig:
     """A copy with some fields changed, re-validated."""
     return replace(cfg, **changes)
@@ -237,20 +270,26 @@ def nearest_shape(
     if not (is_number and math.isfinite(target_params) and target_params > 0):
         raise ShapeError(f"target_params must be a finite number > 0, got {target_params!r}")
     count = counters[convention]
-    shapes = [
-        shape_for_depth(family, depth, rule, vocab_size=vocab_size, seq_len=seq_len)
-        for depth in range(1, rule.max_depth + 1)
-    ]
+    shapes = []
+    top = rule.max_width if rule.knob == "width" else rule.max_depth
+    for size in range(1, top + 1):
+        try:
+            shapes.append(
+                shape_for_size(family, size, rule, vocab_size=vocab_size, seq_len=seq_len)
+            )
+        except ShapeError:
+            break  # width beyond max_depth: the rule ends here
     counts = [count(cfg) for cfg in shapes]
     if target_params < counts[0] / 2:
         raise ShapeError(
             f"target_params={target_params:g} is more than 2x below the smallest {family} shape "
-            f"(depth 1: {counts[0]} {convention} params)"
+            f"({rule.knob} 1: {counts[0]} {convention} params)"
         )
     if target_params > counts[-1]:
         raise ShapeError(
             f"target_params={target_params:g} is above the largest {family} shape "
-            f"(max_depth={rule.max_depth}: {counts[-1]} {convention} params); raise max_depth"
+            f"(max_depth={rule.max_depth}, max_width={rule.max_width}: {counts[-1]} "
+            f"{convention} params); raise max_depth or max_width"
         )
     log_target = math.log(target_params)
     best = min(

@@ -42,6 +42,8 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
     """Train spec (resuming from checkpoint_dir) and record the outcome; returns a summary."""
     tracker = MLflowTracker(uri, mlflow_run_id)
     attempts = tracker.start_attempt()
+    # Where the weights are, for pipeline.sample and the report's text samples.
+    tracker.set_tags({"checkpoint_dir": checkpoint_dir})
     try:
         result = train(spec, tracker, checkpoint_dir=checkpoint_dir, resume=True,
                        on_step=_failure_hook(spec))

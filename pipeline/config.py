@@ -1,36 +1,92 @@
 """Sweep files: pydantic models and load_sweep(path) with errors that name file, field, value.
 
-Validation never mutates: strict types (no "2" -> 2, no 2.5 -> 2), unknown keys are errors
-(with a "did you mean" suggestion), and everything is checked before Ray or MLflow is touched.
-YAML is read with safe_load semantics plus YAML 1.2 floats, so `1e13` is a number (PyYAML's
-YAML 1.1 resolver would read it as the string "1e13").
+Validation never changes a value: types are strict (no "2" -> 2, no 2.5 -> 2, no true -> 1),
+unknown keys are errors (with a "did you mean" suggestion), settings that the chosen options
+would ignore are errors, and everything is checked before Ray or MLflow is touched. Every
+message starts with the file, then the line (YAML problems) or the field path, e.g.
+``sweeps/x.yaml: train.lr: Input should be greater than 0 (got 0)``.
 
-A sweep file (see sweeps/*.yaml and docs/sweeps.md):
+YAML is read by a SafeLoader subclass (no Python tags, no code execution) with these changes:
+  * YAML 1.2 floats: ``1e13`` and ``1.5e11`` are numbers (PyYAML's YAML 1.1 resolver reads
+    them as strings);
+  * YAML 1.1 integers that YAML 1.2 reads differently are refused: ``010`` (octal 8 in 1.1,
+    10 in 1.2) and ``1:30`` (base 60: 90);
+  * a key given twice in one mapping is an error (PyYAML keeps the last one silently);
+    ``<<: *defaults`` merges still let a mapping override merged keys.
+
+A sweep file (see sweeps/*.yaml):
   name, description, kind (isoflop | grid | runs), family, shape, data, train, resources,
-  flops_convention, and one of the sections isoflop / grid / runs matching kind.
+  flops_convention, and the one section isoflop / grid / runs named by kind.
 """
 
 from __future__ import annotations
 
+import datetime
 import difflib
+import glob
+import os
 import re
+import reprlib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
 
 from pipeline.flops import CONVENTIONS
 
-MAX_FILE_BYTES = 1_000_000  # a sweep file is a page of YAML; anything larger is a mistake
+MAX_FILE_BYTES = 1_000_000
+"""A sweep file is a page of YAML; anything larger is a mistake (or an attack)."""
+MAX_RUNS = 10_000
+"""Most runs one sweep may plan (cells x seeds), so a typo cannot plan a billion runs."""
+MAX_LAYERS = 512
+"""Largest depth / n_layer accepted (planning scans every depth up to shape.max_depth)."""
+MAX_D_MODEL = 65_536
+"""Largest explicit d_model accepted."""
+MAX_COUNT = 64
+"""Most sizes per budget that isoflop.sizes.count may ask for."""
 
 
 class SweepError(ValueError):
     """A sweep file that cannot be used; the message names the file, field and value."""
 
 
+# --------------------------------------------------------------------------------------
+# YAML
+# --------------------------------------------------------------------------------------
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_AMBIGUOUS_INT = re.compile(r"[-+]?(?:0[0-7_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)")
+
+
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads YAML 1.2 floats such as 1e13 and 3e-4 as numbers."""
+    """SafeLoader with YAML 1.2 floats, no ambiguous YAML 1.1 numbers, no duplicate keys."""
+
+    def construct_document(self, node: Node) -> Any:
+        _check_duplicate_keys(node)
+        return super().construct_document(node)
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        # Explicitly tagged scalars (`!!int abc`, `!!timestamp x`) fail inside PyYAML with
+        # plain ValueError/AttributeError; give them the line like any other YAML error.
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, AttributeError, OverflowError):
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            raise ConstructorError(
+                None, None, f"cannot read {_repr.repr(node.value)} as {tag}", node.start_mark
+            ) from None
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        _refuse_ambiguous_number(node)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        _refuse_ambiguous_number(node)
+        return super().construct_yaml_float(node)
 
 
 _Loader.add_implicit_resolver(
@@ -38,44 +94,175 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
     list("-+0123456789."),
 )
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+
+
+def _refuse_ambiguous_number(node: ScalarNode) -> None:
+    if isinstance(node.value, str) and _AMBIGUOUS_INT.fullmatch(node.value):
+        raise ConstructorError(
+            None, None,
+            f"ambiguous number {node.value!r}: YAML 1.1 reads a leading 0 as octal and "
+            "a:b as base 60; write it in plain decimal (or quote it for a string)",
+            node.start_mark,
+        )
+
+
+def _check_duplicate_keys(root: Node) -> None:
+    """Refuse a key given twice in one mapping (iterative: deep files cannot overflow)."""
+    stack, visited = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in visited:  # aliases share nodes
+            continue
+        visited.add(id(node))
+        if isinstance(node, MappingNode):
+            first: dict[tuple[str, str], yaml.Mark] = {}
+            for key, value in node.value:
+                if isinstance(key, ScalarNode) and key.tag != _MERGE_TAG:
+                    ident = (key.tag, key.value)
+                    if ident in first:
+                        raise ConstructorError(
+                            None, None,
+                            f"duplicate key {key.value!r} (first given on line "
+                            f"{first[ident].line + 1})",
+                            key.start_mark,
+                        )
+                    first[ident] = key.start_mark
+                stack += [key, value]
+        elif isinstance(node, SequenceNode):
+            stack += node.value
+
+
+def _read_yaml(text: str, path: Path) -> object:
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = " ".join(p for p in (e.context, e.problem) if p) or str(e)
+        raise SweepError(f"{path}{where}: invalid YAML: {problem}") from None
+    except ReaderError as e:  # a character YAML does not allow
+        line = text.count("\n", 0, max(e.position, 0)) + 1
+        raise SweepError(f"{path}:{line}: invalid YAML: character #x{e.character:04x} is not "
+                         f"allowed ({e.reason})") from None
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: invalid YAML: {e}") from None
+    except RecursionError:
+        raise SweepError(f"{path}: invalid YAML: nested too deeply") from None
+
+
+# --------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------
+
+_NO_VALUE = object()
+
+
+class _Problems(ValueError):
+    """Raised by model validators: (relative field path, message, bad value) triples, so the
+    error names the exact field even when the check involves several."""
+
+    def __init__(self, problems: list[tuple[tuple[str | int, ...], str, object]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{_loc_str(loc)}: {msg}" for loc, msg, _ in problems))
+
+
+def _raise_if(problems: list[tuple[tuple[str | int, ...], str, object]]) -> None:
+    if problems:
+        raise _Problems(problems)
+
+
+def _duplicates(items: list, name: str) -> list[tuple[tuple[str | int, ...], str, object]]:
+    """One problem per repeated item, at its index, naming the first occurrence.
+
+    Items are numbers or frozen (hashable) models; a dict keeps this linear in long lists.
+    """
+    first: dict[object, int] = {}
+    out: list[tuple[tuple[str | int, ...], str, object]] = []
+    for j, item in enumerate(items):
+        i = first.setdefault(item, j)
+        if i != j:
+            out.append(((name, j), f"duplicate of {name}[{i}]", item))
+    return out
+
+
+def _unused(model: BaseModel, fields: tuple[str, ...], why: str) -> list:
+    return [((f,), f"is ignored {why}; remove it", getattr(model, f))
+            for f in fields if f in model.model_fields_set]
+
 
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # allow_inf_nan=False: .inf / .nan are never a sensible budget, rate or fraction.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class ShapeSection(Strict):
     """The shape rule of pipeline.families: depth -> d_model = aspect_ratio * depth."""
 
-    aspect_ratio: PosFloat = 16.0
+    aspect_ratio: Annotated[float, Field(gt=0, le=4096)] = 16.0
     """d_model / n_layer before rounding up to a multiple of head_dim."""
-    head_dim: PosInt = 16
-    """Fixed attention head size."""
-    gqa_ratio: PosInt = 2
+    head_dim: Annotated[int, Field(ge=2, le=4096)] = 16
+    """Fixed attention head size (even: rotary embeddings rotate pairs)."""
+    gqa_ratio: Annotated[int, Field(ge=1, le=4096)] = 2
     """llama: target n_heads / n_kv_heads."""
-    ffn_multiple: PosInt = 16
+    ffn_multiple: Annotated[int, Field(ge=1, le=65536)] = 16
     """llama: SwiGLU hidden width is rounded up to a multiple of this."""
-    max_depth: PosInt = 64
+    max_depth: Annotated[int, Field(ge=1, le=MAX_LAYERS)] = 64
     """Largest depth the rule may produce."""
+    knob: Literal["depth", "width"] = "depth"
+    """The size knob that sizes.count scans: depth (n_layer; d_model = aspect_ratio * depth)
+    or width (d_model = width * head_dim; n_layer = d_model / aspect_ratio, rounded), which
+    steps N ~1.5x at a time instead of ~2.5x at CPU scale."""
+    max_width: Annotated[int, Field(ge=1, le=MAX_D_MODEL)] = 512
+    """Largest width (in head_dim units) the width knob may produce."""
+
+    @model_validator(mode="after")
+    def _even_head_dim(self) -> ShapeSection:
+        if self.head_dim % 2:
+            _raise_if([(("head_dim",), "must be even", self.head_dim)])
+        return self
+
+
+_HF_SPEC = re.compile(r"hf:[^:]+(?::[^:]*){0,2}")  # as pipeline.data._parse_hf_spec reads it
 
 
 class DataSection(Strict):
     corpus: str = "stdlib"
-    """"stdlib" (the interpreter's standard library sources), a text file path or glob
-    (relative paths are relative to the sweep file), or "hf:<dataset>[:<split>][:<field>]"."""
+    """"stdlib" (the interpreter's standard library sources), a text file, directory or glob
+    (relative to the sweep file; "path:" prefix optional, needed for a file named "stdlib"),
+    or "hf:<dataset>[:<split>][:<field>]"."""
     tokenizer: Literal["bytes", "chars", "bpe"] = "bytes"
     """Tokenizer; bytes has vocabulary 256."""
     bpe_vocab_size: Annotated[int, Field(ge=260, le=65535)] = 1024
-    """Vocabulary size of the BPE tokenizer (when tokenizer is bpe)."""
+    """Vocabulary size of the BPE tokenizer (only with tokenizer: bpe)."""
     seq_len: Annotated[int, Field(ge=2, le=65536)] = 128
     """Context length in tokens."""
     val_fraction: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
     """Fraction of documents held out for validation."""
     max_bytes: PosInt | None = None
     """Optional cap on the corpus size in bytes (for quick trials)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DataSection:
+        problems = []
+        c = self.corpus
+        if not c.strip() or c.removeprefix("path:") == "":
+            problems.append((("corpus",), "must name a corpus", c))
+        elif c != c.strip():
+            problems.append((("corpus",), "has leading or trailing spaces", c))
+        elif any(ord(ch) < 32 or ord(ch) == 127 for ch in c):
+            problems.append((("corpus",), "contains a control character", c))
+        elif c.startswith("hf:") and not _HF_SPEC.fullmatch(c):
+            problems.append((("corpus",), "expected hf:<dataset>[:<split>][:<text_field>]", c))
+        if self.tokenizer != "bpe":
+            problems += _unused(self, ("bpe_vocab_size",), f"with tokenizer {self.tokenizer!r}")
+        _raise_if(problems)
+        return self
 
 
 class TrainSection(Strict):
@@ -92,7 +279,7 @@ class TrainSection(Strict):
     schedule: Literal["cosine", "wsd", "constant"] = "cosine"
     """cosine decays over exactly each run's steps (Chinchilla: cosine length matches D)."""
     decay_fraction: Annotated[float, Field(gt=0, le=1)] = 0.2
-    """wsd: fraction of steps in the final linear decay."""
+    """wsd only: fraction of steps in the final linear decay."""
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
     """Final LR as a fraction of the peak."""
     weight_decay: Annotated[float, Field(ge=0, lt=1)] = 0.1
@@ -101,7 +288,7 @@ class TrainSection(Strict):
     beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
     grad_clip: Annotated[float, Field(ge=0)] = 1.0
     """Global gradient-norm clip (0 disables)."""
-    seeds: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = [0]
+    seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]], Field(min_length=1)] = [0]
     """One run per seed for every cell."""
     evals_per_run: PosInt = 8
     """Evaluations along each run (plus one at the end)."""
@@ -110,12 +297,17 @@ class TrainSection(Strict):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
     min_steps: PosInt = 20
-    """Cells with fewer optimizer steps are reported as unbuildable, not trained."""
+    """Cells with fewer optimizer steps are reported as skipped, not trained."""
 
     @model_validator(mode="after")
-    def _unique_seeds(self) -> TrainSection:
-        if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be unique, got {self.seeds}")
+    def _check(self) -> TrainSection:
+        problems = _duplicates(self.seeds, "seeds")
+        if self.schedule != "wsd":
+            problems += _unused(self, ("decay_fraction",), f"with schedule {self.schedule!r}")
+        elif self.warmup_fraction + self.decay_fraction > 1:
+            problems.append((("decay_fraction",), "warmup_fraction + decay_fraction exceeds 1 "
+                             f"(warmup_fraction is {self.warmup_fraction})", self.decay_fraction))
+        _raise_if(problems)
         return self
 
 
@@ -130,37 +322,46 @@ class ResourcesSection(Strict):
     """Checkpoint every this many steps (0: at every evaluation)."""
 
 
-class SizesSection(Strict):
-    """Which model sizes a budget (or the grid) uses: exactly one of the options."""
+class ShapeOverride(Strict):
+    n_layer: Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+    d_model: Annotated[int, Field(ge=1, le=MAX_D_MODEL)]
 
-    depths: list[PosInt] | None = None
-    """Explicit depths of the shape rule."""
-    shapes: list[ShapeOverride] | None = None
-    """Explicit shapes (n_layer, d_model)."""
-    count: PosInt | None = None
+
+class SizesSection(Strict):
+    """Which model sizes a budget (or the grid) uses: one of depths, widths, shapes, count."""
+
+    depths: Annotated[list[PosInt], Field(min_length=1)] | None = None
+    """Explicit depths of the shape rule (each <= shape.max_depth)."""
+    widths: Annotated[list[PosInt], Field(min_length=1)] | None = None
+    """Explicit widths of the shape rule's width knob (d_model = width * head_dim)."""
+    shapes: Annotated[list[ShapeOverride], Field(min_length=1)] | None = None
+    """Explicit shapes (n_layer, d_model); d_model must be a multiple of shape.head_dim."""
+    count: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
     """isoflop only: this many sizes spread in log N around the guess of the optimum."""
-    span: Annotated[float, Field(gt=1)] = 8.0
-    """isoflop with count: ratio of the largest to the smallest target N."""
-    tokens_per_param: PosFloat = 20.0
-    """isoflop with count: the guess N* = sqrt(C / (6 * tokens_per_param)) (Chinchilla: 20)."""
+    span: Annotated[float, Field(gt=1, le=1e6)] = 8.0
+    """With count: ratio of the largest to the smallest target N."""
+    tokens_per_param: Annotated[float, Field(gt=0, le=1e6)] = 20.0
+    """With count: the guess N* = sqrt(C / (6 * tokens_per_param)) (Chinchilla: 20)."""
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> SizesSection:
-        given = [n for n in ("depths", "shapes", "count") if getattr(self, n) is not None]
+    def _check(self) -> SizesSection:
+        given = [n for n in ("depths", "widths", "shapes", "count")
+                 if getattr(self, n) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of depths, shapes, count (got {given or 'none'})")
-        for name in ("depths", "shapes"):
-            value = getattr(self, name)
-            if value is not None and len(value) == 0:
-                raise ValueError(f"{name} is empty")
-        if self.depths is not None and len(set(self.depths)) != len(self.depths):
-            raise ValueError(f"depths has duplicates: {self.depths}")
+            raise ValueError(
+                "give exactly one of depths, widths, shapes, count "
+                f"({' and '.join(given) + ' given' if given else 'none given'})"
+            )
+        problems = _duplicates(self.depths or [], "depths")
+        problems += _duplicates(self.widths or [], "widths")
+        problems += _duplicates(self.shapes or [], "shapes")
+        if self.count is None:
+            problems += _unused(self, ("span", "tokens_per_param"), "without count")
+        _raise_if(problems)
         return self
 
-
-class ShapeOverride(Strict):
-    n_layer: PosInt
-    d_model: PosInt
+    def size_count(self) -> int:
+        return len(self.depths or self.widths or self.shapes or []) or (self.count or 0)
 
 
 class IsoflopSection(Strict):
@@ -170,9 +371,8 @@ class IsoflopSection(Strict):
     """Model sizes trained at every budget."""
 
     @model_validator(mode="after")
-    def _unique(self) -> IsoflopSection:
-        if len(set(self.budgets)) != len(self.budgets):
-            raise ValueError(f"budgets has duplicates: {self.budgets}")
+    def _check(self) -> IsoflopSection:
+        _raise_if(_duplicates(self.budgets, "budgets"))
         return self
 
 
@@ -182,10 +382,19 @@ class GridSection(Strict):
     tokens: Annotated[list[PosFloat], Field(min_length=1)]
     """Token counts D; every size is trained at every D."""
 
+    @model_validator(mode="after")
+    def _check(self) -> GridSection:
+        problems = _duplicates(self.tokens, "tokens")
+        if self.sizes.count is not None:
+            problems.append((("sizes", "count"), "is for isoflop sweeps only; give depths or "
+                             "shapes", self.sizes.count))
+        _raise_if(problems)
+        return self
+
 
 class RunEntry(Strict):
-    n_layer: PosInt | None = None
-    d_model: PosInt | None = None
+    n_layer: Annotated[int, Field(ge=1, le=MAX_LAYERS)] | None = None
+    d_model: Annotated[int, Field(ge=1, le=MAX_D_MODEL)] | None = None
     depth: PosInt | None = None
     """Use the shape rule instead of (n_layer, d_model)."""
     tokens: PosFloat
@@ -201,9 +410,13 @@ class RunEntry(Strict):
         return self
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_SECTIONS = ("isoflop", "grid", "runs")
+
+
 class SweepConfig(Strict):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
-    """Sweep name = MLflow experiment name = reports/<name>/."""
+    name: str
+    """Sweep name = MLflow experiment name = reports/<name>/: letters, digits, _ . -"""
     description: str = ""
     kind: Literal["isoflop", "grid", "runs"]
     family: Literal["gpt", "llama"] = "gpt"
@@ -218,52 +431,177 @@ class SweepConfig(Strict):
     runs: Annotated[list[RunEntry], Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
-    def _section_matches_kind(self) -> SweepConfig:
-        for section in ("isoflop", "grid", "runs"):
+    def _check(self) -> SweepConfig:
+        problems: list[tuple[tuple[str | int, ...], str, object]] = []
+        if not _NAME.fullmatch(self.name):
+            problems.append((("name",), "must start with a letter or digit and contain only "
+                             "letters, digits, '_', '.', '-' (at most 100 characters)",
+                             self.name))
+        for section in _SECTIONS:
             present = getattr(self, section) is not None
             if section == self.kind and not present:
-                raise ValueError(f"kind is {self.kind!r} but the {section!r} section is missing")
-            if section != self.kind and present:
-                raise ValueError(f"section {section!r} does not belong to kind {self.kind!r}")
+                problems.append(((section,), f"section is missing (kind is {self.kind!r})",
+                                 _NO_VALUE))
+            elif section != self.kind and present:
+                problems.append(((section,), f"section does not belong to kind {self.kind!r}"
+                                 f" (kind {section!r} would use it)", _NO_VALUE))
+        if self.family != "llama":
+            problems += [((("shape",) + loc), msg, v) for loc, msg, v in
+                         _unused(self.shape, ("gqa_ratio", "ffn_multiple"),
+                                 f"by family {self.family!r}")]
+        problems += self._shape_problems()
+        runs, how = self._plan_size()
+        if not problems and runs > MAX_RUNS:
+            problems.append(((self.kind,), f"plans {how} = {runs:,} runs; at most {MAX_RUNS:,}",
+                             _NO_VALUE))
+        _raise_if(problems)
         return self
 
+    def _shape_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        """Depths beyond shape.max_depth and d_model values that head_dim does not divide."""
+        hd, max_depth = self.shape.head_dim, self.shape.max_depth
+        out: list[tuple[tuple[str | int, ...], str, object]] = []
 
-SizesSection.model_rebuild()
+        def depth(loc: tuple[str | int, ...], value: int) -> None:
+            if value > max_depth:
+                out.append((loc, f"depth is above shape.max_depth={max_depth}", value))
+
+        def width(loc: tuple[str | int, ...], value: int) -> None:
+            if value % hd:
+                out.append((loc, f"is not a multiple of shape.head_dim={hd}", value))
+
+        def knob_width(loc: tuple[str | int, ...], value: int) -> None:
+            if value > self.shape.max_width:
+                out.append((loc, f"width is above shape.max_width={self.shape.max_width}",
+                             value))
+            elif round(value * hd / self.shape.aspect_ratio) > max_depth:
+                out.append((loc, f"width gives more than shape.max_depth={max_depth} layers",
+                             value))
+
+        section = self.isoflop or self.grid
+        if section is not None:
+            where = (self.kind, "sizes")
+            for i, d in enumerate(section.sizes.depths or []):
+                depth((*where, "depths", i), d)
+            for i, w in enumerate(section.sizes.widths or []):
+                knob_width((*where, "widths", i), w)
+            for i, s in enumerate(section.sizes.shapes or []):
+                width((*where, "shapes", i, "d_model"), s.d_model)
+        for i, r in enumerate(self.runs or []):
+            if r.depth is not None:
+                depth(("runs", i, "depth"), r.depth)
+            if r.d_model is not None:
+                width(("runs", i, "d_model"), r.d_model)
+        if self.runs is not None:
+            out += _duplicates(self.runs, "runs")
+        return out
+
+    def planned_runs(self) -> int:
+        """Cells x seeds before any cell is skipped (an upper bound on the plan's size)."""
+        return self._plan_size()[0]
+
+    def _plan_size(self) -> tuple[int, str]:
+        if self.isoflop is not None:
+            factors = {"budgets": len(self.isoflop.budgets),
+                       "sizes": self.isoflop.sizes.size_count()}
+        elif self.grid is not None:
+            factors = {"token counts": len(self.grid.tokens),
+                       "sizes": self.grid.sizes.size_count()}
+        else:
+            factors = {"runs": len(self.runs or [])}
+        factors["seeds"] = len(self.train.seeds)
+        total = 1
+        for n in factors.values():
+            total *= n
+        return total, " x ".join(f"{n} {what}" for what, n in factors.items())
 
 
-def _format_error(path: Path, err: dict, raw: object) -> str:
-    loc = ".".join(str(p) for p in err["loc"]) or "<top level>"
-    if err["type"] == "extra_forbidden":
-        field = str(err["loc"][-1])
-        model = _model_at(SweepConfig, err["loc"][:-1])
-        hint = ""
-        if model is not None:
-            close = difflib.get_close_matches(field, list(model.model_fields), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else (
-                f"; known keys: {', '.join(model.model_fields)}")
-        return f"{path}: unknown key {loc!r}{hint}"
+# --------------------------------------------------------------------------------------
+# Error messages
+# --------------------------------------------------------------------------------------
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 80
+_repr.maxlist = _repr.maxdict = 6
+_repr.maxlevel = 3
+
+
+def _loc_str(loc: tuple[Any, ...]) -> str:
+    """('runs', 0, 'tokens') -> 'runs[0].tokens'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _got(value: object) -> str:
+    if value is _NO_VALUE:
+        return ""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_defaults=True)
+    text = _repr.repr(value)
+    return f" (got {text if len(text) <= 120 else text[:117] + '...'})"
+
+
+def _format_error(path: Path, err: Any) -> list[str]:
+    loc: tuple[Any, ...] = tuple(err["loc"])
+    where = _loc_str(loc) or "top level"
+    kind, value = err["type"], err.get("input")
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, _Problems):
+        return [f"{path}: {_loc_str(loc + sub)}: {msg}{_got(v)}" for sub, msg, v in cause.problems]
+    if kind == "extra_forbidden":
+        return [f"{path}: unknown key {where!r}{_suggest(loc)}"]
+    if kind == "invalid_key":
+        return [f"{path}: {_loc_str(loc[:-1]) or 'top level'}: key {loc[-1]!r} is not a string"]
+    if kind == "missing":
+        return [f"{path}: {where}: required field is missing"]
     msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] in ("missing",):
-        return f"{path}: {loc}: required field is missing"
-    return f"{path}: {loc}: {msg} (got {err.get('input')!r})"
+    if not loc:  # a check of the whole file: its message says what is wrong
+        return [f"{path}: {msg}"]
+    hint = ""
+    if kind == "model_type":
+        msg = "must be a mapping of keys to values"
+    elif kind == "literal_error":
+        choices = re.findall(r"'([^']*)'", (err.get("ctx") or {}).get("expected", ""))
+        close = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+    elif kind == "string_type" and isinstance(value, bool | int | float | datetime.date):
+        hint = "; quote it to make it a string"
+    elif kind == "int_type" and isinstance(value, float):
+        msg = "must be a whole number"
+    elif kind in ("int_type", "float_type") and isinstance(value, str) and _is_number(value):
+        hint = "; write the number without quotes"
+    return [f"{path}: {where}: {msg}{_got(value)}{hint}"]
 
 
-def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _suggest(loc: tuple[Any, ...]) -> str:
+    model = _model_at(SweepConfig, loc[:-1])
+    if model is None:
+        return ""
+    known = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model class found at a location path (list indices skipped)."""
     for part in loc:
         if isinstance(part, int):
             continue
         field = model.model_fields.get(str(part))
-        if field is None:
+        classes = _classes_in(field.annotation) if field is not None else []
+        if not classes:
             return None
-        ann = field.annotation
-        found = None
-        for cand in _classes_in(ann):
-            found = cand
-            break
-        if found is None:
-            return None
-        model = found
+        model = classes[0]
     return model
 
 
@@ -276,58 +614,86 @@ def _classes_in(ann: object) -> list[type[BaseModel]]:
     return out
 
 
-def parse_sweep(text: str, path: Path) -> SweepConfig:
-    try:
-        raw = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise SweepError(f"{path}{where}: YAML syntax error: {problem}") from None
+# --------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------
+
+
+def parse_sweep(text: str, path: Path | str = "<string>") -> SweepConfig:
+    """Validate sweep YAML text; `path` only names the source in messages. No file checks."""
+    path = Path(path)
+    raw = _read_yaml(text, path)
+    if raw is None:
+        raise SweepError(f"{path}: the file is empty (a sweep needs at least name and kind)")
     if not isinstance(raw, dict):
-        raise SweepError(
-            f"{path}: a sweep file must be a YAML mapping of keys to values, "
-            f"got {type(raw).__name__}"
-        )
+        raise SweepError(f"{path}: a sweep file must be a YAML mapping of keys to values, "
+                         f"got a {type(raw).__name__}: {_repr.repr(raw)}")
     try:
         return SweepConfig.model_validate(raw)
     except ValidationError as e:
-        lines = [_format_error(path, err, raw) for err in e.errors()]
+        lines = [line for err in e.errors() for line in _format_error(path, err)]
         raise SweepError("\n".join(lines)) from None
 
 
 def load_sweep(path: str | Path) -> SweepConfig:
-    """Read and validate a sweep file; raise SweepError naming the file, field and value."""
+    """Read and validate a sweep file; raise SweepError naming the file, field and value.
+
+    Also checks that a local corpus exists (relative to the sweep file).
+    """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise SweepError(f"{path}: no such sweep file")
+    if not path.is_file():
+        raise SweepError(f"{path}: not a regular file")
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise SweepError(f"{path}: file is {size:,} bytes; a sweep file is at most "
                          f"{MAX_FILE_BYTES:,}")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise SweepError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise SweepError(f"{path}: cannot read: {e.strerror or e}") from None
     cfg = parse_sweep(text, path)
     _check_corpus(cfg, path)
     return cfg
 
 
 def resolve_corpus(corpus: str, sweep_path: Path) -> str:
-    """Relative corpus paths are relative to the sweep file's folder."""
-    if corpus == "stdlib" or corpus.startswith("hf:") or Path(corpus).is_absolute():
+    """The corpus as pipeline.data.load_corpus should read it.
+
+    "stdlib" and "hf:..." are returned unchanged. A local file, directory or glob (with or
+    without the "path:" prefix that load_corpus also accepts; "~" expanded) becomes an
+    absolute path, relative ones against the sweep file's folder. The prefix is dropped: an
+    absolute path cannot be mistaken for "stdlib" or "hf:", and the same files then give the
+    same run_id however they were written.
+    """
+    if corpus == "stdlib" or corpus.startswith("hf:"):
         return corpus
-    return str((sweep_path.parent / corpus).resolve())
+    local = Path(os.path.expanduser(corpus.removeprefix("path:")))
+    if not local.is_absolute():
+        local = sweep_path.parent / local
+    return str(local.resolve())
 
 
 def _check_corpus(cfg: SweepConfig, path: Path) -> None:
+    """A local corpus must exist and hold files (as pipeline.data will require later)."""
     corpus = cfg.data.corpus
     if corpus == "stdlib" or corpus.startswith("hf:"):
         return
-    resolved = Path(resolve_corpus(corpus, path))
-    if any(ch in corpus for ch in "*?["):
-        if not list(resolved.parent.glob(resolved.name)):
-            raise SweepError(f"{path}: data.corpus: glob {corpus!r} matches no file")
-    elif not resolved.exists():
-        raise SweepError(f"{path}: data.corpus: path {corpus!r} does not exist ({resolved})")
+    resolved = resolve_corpus(corpus, path)
+    if any(ch in resolved for ch in "*?["):
+        if not any(os.path.isfile(p) for p in glob.iglob(resolved, recursive=True)):
+            raise SweepError(f"{path}: data.corpus: glob matches no file (got {corpus!r}; "
+                             f"looked for {resolved})")
+        return
+    p = Path(resolved)
+    if not p.exists():
+        raise SweepError(f"{path}: data.corpus: path does not exist (got {corpus!r}; "
+                         f"looked for {resolved})")
+    if p.is_dir() and not any(
+        f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+        for f in p.rglob("*")
+    ):
+        raise SweepError(f"{path}: data.corpus: directory holds no files (got {corpus!r})")

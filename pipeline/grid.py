@@ -2,8 +2,11 @@
 
 IsoFLOP cells: for budget C and model shape m, D = C / flops_per_token(m, convention), then
 steps = round(D / (batch_size * seq_len)); the achieved C differs from the budget only by that
-rounding (under 1% once steps >= 50). Cells with fewer than train.min_steps steps, or sizes
-the shape rule cannot make, are returned as Skipped with the reason, never dropped silently.
+rounding (under 1% once steps >= 50). Cells with fewer than train.min_steps steps, cells whose
+achieved C misses the budget by more than ISOFLOP_TOLERANCE, sizes the shape rule cannot make,
+and cells that resolve to a run already planned are returned as Skipped with the reason, never
+dropped silently. The order is the file's order of budgets (or token counts, or runs), sizes
+in increasing parameter count within a budget, then seeds; expanding twice gives the same list.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ from pipeline.families import (
     ShapeError,
     ShapeRule,
     make_config,
-    nearest_shape,
     shape_for_depth,
+    shape_for_size,
+    shape_for_width,
 )
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+
+ISOFLOP_TOLERANCE = 0.01
+"""Largest relative gap between an isoflop cell's achieved FLOPs and its budget."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,8 @@ def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
 def _rule(cfg: SweepConfig) -> ShapeRule:
     s = cfg.shape
     return ShapeRule(aspect_ratio=s.aspect_ratio, head_dim=s.head_dim, gqa_ratio=s.gqa_ratio,
-                     ffn_multiple=s.ffn_multiple, max_depth=s.max_depth)
+                     ffn_multiple=s.ffn_multiple, max_depth=s.max_depth, knob=s.knob,
+                     max_width=s.max_width)
 
 
 def _shapes(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float | None,
@@ -69,6 +77,12 @@ def _shapes(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float | N
                 out.append(shape_for_depth(cfg.family, depth, rule, vocab_size=vocab, seq_len=T))
             except ShapeError as e:
                 skipped.append(Skipped(f"depth {depth}", str(e)))
+    elif sizes.widths is not None:
+        for width in sizes.widths:
+            try:
+                out.append(shape_for_width(cfg.family, width, rule, vocab_size=vocab, seq_len=T))
+            except ShapeError as e:
+                skipped.append(Skipped(f"width {width}", str(e)))
     elif sizes.shapes is not None:
         for s in sizes.shapes:
             try:
@@ -79,23 +93,53 @@ def _shapes(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float | N
             except ShapeError as e:
                 skipped.append(Skipped(f"shape n_layer={s.n_layer} d_model={s.d_model}", str(e)))
     else:
-        assert budget is not None and sizes.count is not None
-        # Chinchilla: C = 6 N D and D = k N  =>  N* = sqrt(C / (6 k)).
-        guess = math.sqrt(budget / (6 * sizes.tokens_per_param))
-        half = math.log(sizes.span) / 2
-        for i in range(sizes.count):
-            frac = i / (sizes.count - 1) if sizes.count > 1 else 0.5
-            target = guess * math.exp(-half + 2 * half * frac)
-            try:
-                out.append(nearest_shape(cfg.family, target, rule, vocab_size=vocab, seq_len=T))
-            except ShapeError as e:
-                skipped.append(Skipped(f"C={budget:.3g} target N={target:.3g}", str(e)))
-    unique = sorted(set(out), key=lambda m: (flops.params_total(m), m.n_layer))
+        if budget is None or sizes.count is None:
+            raise ValueError("sizes.count needs a compute budget (isoflop sweeps only)")
+        out.extend(_around_guess(cfg, sizes, rule, vocab, budget, skipped))
+    # A total order (params, depth, width): ties never fall back to set order, which
+    # depends on the process's string hash seed.
+    unique = sorted(set(out), key=lambda m: (flops.params_total(m), m.n_layer, m.d_model))
     if len(unique) < len(out):
         where = f"budget {budget:.3g}" if budget else "grid"
         skipped.append(Skipped(where, f"{len(out) - len(unique)} size(s) mapped to a shape "
                                       "already in the list (shape rule too coarse); deduplicated"))
     return unique
+
+
+def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab: int,
+                  budget: float, skipped: list[Skipped]) -> list[ModelConfig]:
+    """`count` distinct sizes of the rule's ladder spread over `span` around the guess N*.
+
+    Chinchilla: C = 6 N D and D = k N  =>  N* = sqrt(C / (6 k)). Targets are log-spaced over
+    span; each maps to the nearest rung of the ladder. Where the ladder is coarser than the
+    targets (tiny models), two targets can land on one rung: the nearest unused rungs around
+    N* fill in, so a budget always gets `count` sizes (or as many as the ladder has).
+    """
+    assert sizes.count is not None
+    T = cfg.data.seq_len
+    guess = math.sqrt(budget / (6 * sizes.tokens_per_param))
+    top = rule.max_width if rule.knob == "width" else rule.max_depth
+    ladder: list[ModelConfig] = []
+    for size in range(1, top + 1):
+        try:
+            ladder.append(shape_for_size(cfg.family, size, rule, vocab_size=vocab, seq_len=T))
+        except ShapeError:
+            break
+    logs = [math.log(flops.params_total(m)) for m in ladder]
+    half = math.log(sizes.span) / 2
+    chosen: set[int] = set()
+    for i in range(sizes.count):
+        frac = i / (sizes.count - 1) if sizes.count > 1 else 0.5
+        target = math.log(guess) - half + 2 * half * frac
+        chosen.add(min(range(len(ladder)), key=lambda j, t=target: (abs(logs[j] - t), j)))
+    by_distance = sorted(range(len(ladder)), key=lambda j: (abs(logs[j] - math.log(guess)), j))
+    for j in by_distance:
+        if len(chosen) >= sizes.count:
+            break
+        chosen.add(j)
+    if len(chosen) < sizes.count:
+        skipped.append(Skipped(f"C={budget:.3g}", f"the shape rule has only {len(ladder)} sizes"))
+    return [ladder[j] for j in sorted(chosen)]
 
 
 def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, seed: int) -> TrainSpec:
@@ -154,6 +198,13 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
                                           f"{tokens_per_step} tokens (< min_steps="
                                           f"{cfg.train.min_steps})"))
             continue
+        if budget is not None:
+            achieved = flops.training_flops(m, steps * tokens_per_step, cfg.flops_convention)
+            if abs(achieved / budget - 1) > ISOFLOP_TOLERANCE:
+                skipped.append(Skipped(label, f"{steps} steps of {tokens_per_step} tokens give "
+                                              f"{achieved:.4g} FLOPs, off the budget by more "
+                                              f"than {ISOFLOP_TOLERANCE:.0%}"))
+                continue
         for seed in cfg.train.seeds:
             train = _train_spec(cfg, m, steps, seed)
             # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.

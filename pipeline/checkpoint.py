@@ -1,7 +1,7 @@
 """Atomic, checksummed checkpoints: a killed writer or a corrupt file is never trusted.
 
 Layout in a run's folder:
-  step_00000120.pt        torch.save of {"model", "optimizer", "step", "rng", "state"}
+  step_00000120.pt        torch.save of the trainer's payload (model, optimizer, rng, step, ...)
   step_00000120.pt.sha256 hex digest of the .pt file, written after it (its presence = complete)
 Each file is written to a temporary name in the same folder, fsynced, then os.replace'd, so a
 reader sees either the old state or the new one. The two newest good checkpoints are kept:
@@ -42,7 +42,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def save(folder: str | Path, step: int, payload: dict) -> Path:
-    """Write payload as the checkpoint of `step`; prune all but the KEEP newest."""
+    """Write payload as the checkpoint of `step`; prune all but the KEEP newest up to it."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -54,10 +54,19 @@ def save(folder: str | Path, step: int, payload: dict) -> Path:
         _atomic_write(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest().encode())
     except OSError as e:
         raise CheckpointError(f"cannot write checkpoint for step {step} in {folder}: {e}") from e
-    for old in _listed(folder)[KEEP:]:
+    # Keep the KEEP newest up to this step. Later ones are from an abandoned timeline (skipped
+    # as corrupt, or a run restarted from scratch): kept, they would make this save prune the
+    # file it has just written, and a resume jump back to them.
+    listed = _listed(folder)
+    stale = [p for p in listed if _step_of(p) > step]
+    for old in stale + [p for p in listed if _step_of(p) <= step][KEEP:]:
         old.unlink(missing_ok=True)
         old.with_name(old.name + ".sha256").unlink(missing_ok=True)
     return path
+
+
+def _step_of(path: Path) -> int:
+    return int(_NAME.match(path.name).group(1))
 
 
 def _listed(folder: Path) -> list[Path]:
@@ -81,7 +90,8 @@ def load_latest(folder: str | Path, map_location: str | torch.device = "cpu") ->
             warnings.warn(f"checkpoint {path} has no checksum file (interrupted write); skipped",
                           stacklevel=2)
             continue
-        if hashlib.sha256(data).hexdigest() != digest_file.read_text().strip():
+        # Bytes, not text: a damaged digest file must not raise UnicodeDecodeError.
+        if hashlib.sha256(data).hexdigest().encode() != digest_file.read_bytes().strip():
             warnings.warn(f"checkpoint {path} fails its sha256 check (corrupt); skipped",
                           stacklevel=2)
             continue

@@ -160,7 +160,8 @@ def train(
 
     checkpoint_dir: where checkpoints go (none are written when None). With resume=True the
     newest good checkpoint there is loaded first. on_step(step) is called after every
-    optimizer step (used by fault-injection tests and progress reporting).
+    optimizer step, once its eval and checkpoint (if due) are done (used by fault-injection
+    tests and progress reporting).
     """
     tracker = tracker or NullTracker()
     t, cfg = spec.train, spec.model
@@ -184,9 +185,12 @@ def train(
     log_every = max(1, spec.exec.log_interval)
 
     start_step, resumed_from, wall_before = 0, None, 0.0
+    last_train_loss = math.nan
     curve: dict[str, list[float]] = {"step": [], "tokens": [], "val_loss": []}
     if resume and checkpoint_dir is not None:
-        state = checkpoint.load_latest(checkpoint_dir, map_location=device)
+        # Loaded on the CPU: torch.set_rng_state needs a CPU tensor (a CUDA map_location
+        # broke resuming on GPUs); load_state_dict moves model and optimizer state over.
+        state = checkpoint.load_latest(checkpoint_dir, map_location="cpu")
         if state is not None:
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
@@ -194,6 +198,7 @@ def train(
             start_step = resumed_from = int(state["step"])
             curve = {k: list(v) for k, v in state["curve"].items()}
             wall_before = float(state["wall_s"])
+            last_train_loss = float(state.get("train_loss", math.nan))
 
     def save_checkpoint(step: int, wall: float) -> None:
         if checkpoint_dir is None:
@@ -201,7 +206,7 @@ def train(
         checkpoint.save(checkpoint_dir, step, {
             "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "rng": torch.get_rng_state(), "step": step, "curve": curve, "wall_s": wall,
-            "run_id": spec.run_id,
+            "train_loss": last_train_loss, "run_id": spec.run_id,
         })
 
     def record_eval(step: int) -> float:
@@ -220,7 +225,7 @@ def train(
     # Per-step losses stay on the device; one host sync per log interval (no .item() per step).
     window = torch.zeros(log_every, device=device)
     window_start = start_step
-    last_train_loss, diverged_step, step = math.nan, None, start_step
+    diverged_step, step = None, start_step
     tokens_timed, t_timed = 0, time.perf_counter()
     for step in range(start_step, spec.steps):
         lr = lr_at(step, spec)
@@ -236,12 +241,18 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         window[step - window_start] = loss.detach()
         done = step + 1
-        if done - window_start == log_every or done == spec.steps:
+        ci = spec.exec.checkpoint_interval
+        end_of_window = done - window_start == log_every or done == spec.steps
+        eval_due = done % eval_every == 0 and done != spec.steps
+        checkpoint_due = ci > 0 and done % ci == 0 and done != spec.steps
+        if end_of_window or eval_due or checkpoint_due:
+            # Also before an eval or a checkpoint: a diverged model is never evaluated or saved.
             losses = window[: done - window_start].cpu()
             bad = (~torch.isfinite(losses)).nonzero()
             if len(bad):
                 diverged_step = window_start + int(bad[0])
                 break
+        if end_of_window:
             last_train_loss = float(losses.mean())
             now = time.perf_counter()
             tokens_timed += (done - window_start) * tokens_per_step
@@ -252,13 +263,12 @@ def train(
             }, done)
             tokens_timed, t_timed = 0, now
             window_start = done
-        if on_step is not None:
-            on_step(done)
-        if done % eval_every == 0 and done != spec.steps:
+        if eval_due:
             record_eval(done)
-        ci = spec.exec.checkpoint_interval
-        if ci > 0 and done % ci == 0 and done != spec.steps:
+        if checkpoint_due:
             save_checkpoint(done, wall_before + time.perf_counter() - t0)
+        if on_step is not None:  # after the step is recorded: a failure here loses nothing
+            on_step(done)
 
     wall = wall_before + time.perf_counter() - t0
     steps_done = diverged_step if diverged_step is not None else spec.steps
@@ -268,15 +278,17 @@ def train(
         params_total=n_total, params_non_embedding=n_non_emb,
         flops={c: f * tokens for c, f in flops_per_token.items()},
         final_train_loss=last_train_loss, wall_s=wall, resumed_from=resumed_from,
-        tokens_per_s=(steps_done - start_step) * tokens_per_step / max(wall - wall_before, 1e-9),
+        # Over the attempt chain (as wall_s): a resume from the final checkpoint trains 0 steps.
+        tokens_per_s=tokens / max(wall, 1e-9),
     )
     if diverged_step is not None:
         result.status, result.diverged_step = keys.STATUS_DIVERGED, diverged_step
         tracker.set_tags({keys.TAG_DIVERGED_STEP: str(diverged_step)})
     else:
+        # Checkpoint first: a run resumed from it evaluates once more, not a second time.
+        save_checkpoint(spec.steps, wall)
         result.final_val_loss = record_eval(spec.steps)
         result.final_val_bpb = result.final_val_loss / math.log(2) / bytes_per_token
-        save_checkpoint(spec.steps, wall)
     result.curve = curve
     summary = {
         keys.FINAL_TOKENS: tokens, keys.FINAL_STEPS: steps_done, keys.FINAL_WALL_S: wall,
@@ -354,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
           f"N={flops.params_total(cfg):,} (non-emb {flops.params_non_embedding(cfg):,}) "
           f"D={spec.tokens:,} tokens in {steps} steps; tracking at {uri}")
     ckpt = str(Path(args.checkpoint_dir).resolve() / args.experiment / spec.run_id)
+    if not args.resume and Path(ckpt).exists():
+        import shutil
+
+        print(f"--no-resume: removing the run's checkpoints in {ckpt}; training from scratch")
+        shutil.rmtree(ckpt)
     out = execute_trial(spec, uri, record.mlflow_run_id, ckpt)
     print(json.dumps(out, indent=2, default=str))
     return 0 if out["status"] == keys.STATUS_FINISHED else 1

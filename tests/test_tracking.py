@@ -1,0 +1,314 @@
+"""Tests of the MLflow ledger (pipeline.tracking), one trial end to end (pipeline.trial), and
+the single-run CLI (python -m pipeline.train).
+
+A fresh sqlite MLflow store costs a few seconds of schema migrations, so the in-process tests
+share one store per module (under a pytest tmp dir), each in its own experiment. The CLI
+subprocess test gets a store of its own, as a first-time user would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from pipeline import keys
+from pipeline.data import CACHE_ENV
+from pipeline.families import make_config
+from pipeline.flops import params_non_embedding, params_total
+from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec, flatten
+from pipeline.tracking import Ledger, MLflowTracker
+from pipeline.trial import FAIL_ENV, execute_trial
+
+LN_VOCAB = math.log(256)
+WORDS = ("def", "return", "self", "import", "scaling", "loss", "tokens", "(", ")", ":", "\n")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("token-cache")
+
+
+@pytest.fixture(autouse=True)
+def _cache_env(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(cache_dir))
+    monkeypatch.delenv(FAIL_ENV, raising=False)
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def client(uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri=uri)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A folder of 12 small text files (~40 KB in all), deterministic."""
+    import random
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    rng = random.Random(0)
+    for i in range(12):
+        text = " ".join(rng.choice(WORDS) for _ in range(700))
+        (folder / f"doc{i:02d}.txt").write_text(text, "utf-8")
+    return folder
+
+
+def tiny_spec(sweep: str, *, steps: int = 40, checkpoint_interval: int = 0,
+              budget: float | None = None) -> RunSpec:
+    cfg = make_config("gpt", 1, 16, vocab_size=256, seq_len=32)
+    return RunSpec(
+        sweep=sweep, model=cfg, data=DataSpec(max_bytes=300_000),
+        train=TrainSpec(batch_size=4, warmup_steps=2), steps=steps, budget=budget,
+        exec=ExecSpec(checkpoint_interval=checkpoint_interval, log_interval=10),
+    )
+
+
+def artifact(client: MlflowClient, run_id: str, name: str, dst: Path) -> Path:
+    return Path(client.download_artifacts(run_id, name, str(dst)))
+
+
+# --- the ledger ------------------------------------------------------------------------------
+
+
+def test_ledger_creates_the_experiment_once(uri: str, client: MlflowClient) -> None:
+    ledger = Ledger(uri, "ledger-exp")
+    exp = client.get_experiment_by_name("ledger-exp")
+    assert exp is not None and exp.experiment_id == ledger.experiment_id
+    # Artifacts of a sqlite store sit next to the database, as an absolute path.
+    db_folder = Path(uri.removeprefix("sqlite:///")).parent
+    assert exp.artifact_location == (db_folder / "mlartifacts" / "ledger-exp").as_uri()
+    assert Ledger(uri, "ledger-exp").experiment_id == ledger.experiment_id
+    assert ledger.trials() == {}
+
+
+def test_create_trial_logs_params_tags_and_spec(
+    uri: str, client: MlflowClient, tmp_path: Path
+) -> None:
+    ledger = Ledger(uri, "create-trial")
+    parent = ledger.parent_run({"note": "x"})
+    spec = tiny_spec("create-trial", budget=1.5e12)
+    rec = ledger.create_trial(spec, parent_run_id=parent)
+    assert (rec.run_id, rec.status, rec.attempts) == (spec.run_id, "queued", 0)
+
+    run = client.get_run(rec.mlflow_run_id)
+    expected = {k: str(v) for k, v in flatten(spec.to_dict()).items()}
+    assert {k: run.data.params[k] for k in expected} == expected
+    assert run.data.params["model.d_model"] == "16" and run.data.params["train.lr"] == "0.003"
+    assert run.data.params["run_id"] == spec.run_id
+    assert run.data.params["tokens"] == str(spec.tokens)
+    tags = run.data.tags
+    assert tags[keys.TAG_SWEEP] == "create-trial"
+    assert tags[keys.TAG_RUN_ID] == spec.run_id
+    assert tags[keys.TAG_FAMILY] == "gpt"
+    assert tags[keys.TAG_STATUS] == "queued"
+    assert float(tags[keys.TAG_BUDGET]) == 1.5e12
+    assert tags[keys.TAG_KIND] == "trial"
+    assert tags["mlflow.parentRunId"] == parent
+
+    saved = json.loads(artifact(client, rec.mlflow_run_id, keys.SPEC_ARTIFACT, tmp_path).read_text())
+    assert saved == json.loads(json.dumps(spec.to_dict()))
+    assert RunSpec.from_dict(saved).run_id == spec.run_id
+
+    found = ledger.trials()
+    assert list(found) == [spec.run_id] and found[spec.run_id].mlflow_run_id == rec.mlflow_run_id
+    # The same parent run is reused when the sweep is invoked again.
+    assert ledger.parent_run({}) == parent
+
+
+# --- a trial end to end ----------------------------------------------------------------------
+
+
+def test_execute_trial_records_a_finished_run(
+    uri: str, client: MlflowClient, tmp_path: Path
+) -> None:
+    spec = tiny_spec("trial-ok", steps=40)
+    ledger = Ledger(uri, "trial-ok")
+    rec = ledger.create_trial(spec, parent_run_id=None)
+    out = execute_trial(spec, uri, rec.mlflow_run_id, str(tmp_path / "ckpt"))
+    assert out["status"] == keys.STATUS_FINISHED and out["attempts"] == 1
+
+    run = client.get_run(rec.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[keys.TAG_STATUS] == keys.STATUS_FINISHED
+    assert run.data.tags[keys.TAG_ATTEMPTS] == "1"
+    m = run.data.metrics
+    assert m[keys.FINAL_VAL_LOSS] == pytest.approx(out["final_val_loss"])
+    assert m[keys.FINAL_VAL_LOSS] < LN_VOCAB
+    assert m[keys.FINAL_VAL_BPB] == pytest.approx(out["final_val_bpb"])
+    assert m[keys.PARAMS_TOTAL] == params_total(spec.model)
+    assert m[keys.PARAMS_NON_EMBEDDING] == params_non_embedding(spec.model)
+    assert m[keys.FINAL_TOKENS] == spec.tokens and m[keys.FINAL_STEPS] == 40
+    for convention in ("exact", "6nd", "kaplan"):
+        assert m[keys.flops_key(convention)] == pytest.approx(out["flops"][convention])
+    assert m[keys.FINAL_TOKENS_PER_S] > 0 and keys.FINAL_TRAIN_LOSS in m
+
+    names = {a.path for a in client.list_artifacts(rec.mlflow_run_id)}
+    assert {keys.SPEC_ARTIFACT, keys.CURVE_ARTIFACT} <= names
+    curve = json.loads(artifact(client, rec.mlflow_run_id, keys.CURVE_ARTIFACT, tmp_path).read_text())
+    # One val/loss point per eval: every 40 // 8 = 5 steps, the last one at the end.
+    assert curve["step"] == [5, 10, 15, 20, 25, 30, 35, 40]
+    history = sorted(client.get_metric_history(rec.mlflow_run_id, keys.VAL_LOSS),
+                     key=lambda x: x.step)
+    assert [p.step for p in history] == curve["step"]
+    assert [p.value for p in history] == pytest.approx(curve["val_loss"])
+    assert curve["val_loss"][-1] == pytest.approx(out["final_val_loss"])
+    train_hist = client.get_metric_history(rec.mlflow_run_id, keys.TRAIN_LOSS)
+    assert sorted(p.step for p in train_hist) == [10, 20, 30, 40]
+
+    assert ledger.trials()[spec.run_id].status == keys.STATUS_FINISHED
+
+
+def test_a_failing_trial_is_recorded_and_resumes_on_retry(
+    uri: str, client: MlflowClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = tiny_spec("trial-fail", steps=30, checkpoint_interval=10)
+    ledger = Ledger(uri, "trial-fail")
+    rec = ledger.create_trial(spec, parent_run_id=None)
+    ckpt = str(tmp_path / "ckpt")
+
+    monkeypatch.setenv(FAIL_ENV, f"{spec.run_id}:20")
+    out = execute_trial(spec, uri, rec.mlflow_run_id, ckpt)
+    assert out["status"] == keys.STATUS_FAILED
+    assert "injected failure at step 20" in out["error"]
+    run = client.get_run(rec.mlflow_run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags[keys.TAG_STATUS] == keys.STATUS_FAILED
+    assert "RuntimeError: injected failure at step 20" in run.data.tags[keys.TAG_ERROR]
+    tb = artifact(client, rec.mlflow_run_id, "traceback.txt", tmp_path).read_text()
+    assert "Traceback" in tb and "injected failure at step 20" in tb
+    # Metrics logged before the failure are not lost (the buffer is flushed on the way out).
+    assert sorted(p.step for p in client.get_metric_history(rec.mlflow_run_id, keys.VAL_LOSS)) \
+        == [3, 6, 9, 12, 15, 18]
+    assert ledger.trials()[spec.run_id].status == keys.STATUS_FAILED
+
+    # The retry resumes from the checkpoint of the failed step and finishes the same run.
+    monkeypatch.delenv(FAIL_ENV)
+    out = execute_trial(spec, uri, rec.mlflow_run_id, ckpt)
+    assert out["status"] == keys.STATUS_FINISHED
+    assert out["resumed_from"] == 20 and out["attempts"] == 2
+    run = client.get_run(rec.mlflow_run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[keys.TAG_STATUS] == "finished"
+    steps = sorted(p.step for p in client.get_metric_history(rec.mlflow_run_id, keys.VAL_LOSS))
+    assert steps == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30]  # each eval once, none repeated
+
+
+def test_a_diverged_trial_is_finished_with_status_diverged(
+    uri: str, client: MlflowClient, tmp_path: Path
+) -> None:
+    cfg = make_config("gpt", 1, 16, vocab_size=256, seq_len=32)
+    spec = RunSpec(sweep="trial-div", model=cfg, data=DataSpec(max_bytes=300_000),
+                   train=TrainSpec(batch_size=4, lr=1e6), steps=20)
+    rec = Ledger(uri, "trial-div").create_trial(spec, parent_run_id=None)
+    out = execute_trial(spec, uri, rec.mlflow_run_id, str(tmp_path / "ckpt"))
+    assert out["status"] == keys.STATUS_DIVERGED
+    run = client.get_run(rec.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[keys.TAG_STATUS] == keys.STATUS_DIVERGED
+    assert run.data.tags[keys.TAG_DIVERGED_STEP] == str(out["diverged_step"])
+    assert keys.FINAL_VAL_LOSS not in run.data.metrics
+    assert run.data.metrics[keys.FINAL_STEPS] == out["diverged_step"]
+
+
+def test_no_metric_point_is_lost(uri: str, client: MlflowClient) -> None:
+    ledger = Ledger(uri, "many-points")
+    rec = ledger.create_trial(tiny_spec("many-points"), parent_run_id=None)
+    tracker = MLflowTracker(uri, rec.mlflow_run_id, flush_every=200)
+    names = [f"m/{i}" for i in range(8)]
+    n = 137  # 8 x 137 = 1096 points: crosses both the flush size and MLflow's 1000 per batch
+    for step in range(n):
+        tracker.log_metrics({k: step * 10.0 + i for i, k in enumerate(names)}, step)
+    tracker.end(keys.STATUS_FINISHED)
+    total = 0
+    for i, k in enumerate(names):
+        history = client.get_metric_history(rec.mlflow_run_id, k)
+        assert sorted((p.step, p.value) for p in history) == [(s, s * 10.0 + i) for s in range(n)]
+        total += len(history)
+    assert total == 8 * n
+    assert client.get_run(rec.mlflow_run_id).info.status == "FINISHED"
+
+
+# --- the single-run CLI ----------------------------------------------------------------------
+
+CLI_ARGS = ["--family", "gpt", "--n-layer", "1", "--d-model", "16", "--tokens", "2e4",
+            "--seq-len", "32", "--batch-size", "4"]
+
+
+def test_cli_trains_once_and_then_skips_the_finished_run(tmp_path: Path, corpus: Path) -> None:
+    db = tmp_path / "mlflow.db"
+    env = {**os.environ, CACHE_ENV: str(tmp_path / "cache"),
+           "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}
+    env.pop(FAIL_ENV, None)
+    cmd = [sys.executable, "-m", "pipeline.train", *CLI_ARGS, "--corpus", str(corpus)]
+    first = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    out = json.loads(first.stdout[first.stdout.index("{"):])
+    assert out["status"] == keys.STATUS_FINISHED and out["steps"] == 156  # 2e4 / (4 * 32)
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("single-runs")
+    assert exp is not None
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[keys.TAG_RUN_ID] == out["run_id"]
+    assert run.data.tags[keys.TAG_STATUS] == keys.STATUS_FINISHED
+    assert run.data.metrics[keys.FINAL_VAL_LOSS] == pytest.approx(out["final_val_loss"])
+    assert run.data.metrics[keys.FINAL_VAL_LOSS] < LN_VOCAB - 1
+    final_ckpt = tmp_path / "checkpoints" / "single-runs" / out["run_id"] / "step_00000156.pt"
+    assert final_ckpt.exists()
+    mtime = final_ckpt.stat().st_mtime_ns
+
+    second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"run {out['run_id']} already finished" in second.stdout
+    assert "final_val_loss" not in second.stdout  # trained nothing
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1 and runs[0].data.tags[keys.TAG_ATTEMPTS] == "1"
+    assert final_ckpt.stat().st_mtime_ns == mtime
+
+
+def test_cli_no_resume_starts_from_scratch(
+    uri: str, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--no-resume used to be parsed and then ignored: the run resumed anyway."""
+    import pipeline.trial
+    from pipeline.train import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    args = [*CLI_ARGS, "--tokens", "6400", "--corpus", str(corpus), "--experiment", "cli-resume",
+            "--checkpoint-interval", "10"]  # 50 steps, a checkpoint every 10
+
+    def fail_at_30(spec: RunSpec):
+        def hook(done: int) -> None:
+            if done == 30:
+                raise RuntimeError("stop at 30")
+        return hook
+
+    monkeypatch.setattr(pipeline.trial, "_failure_hook", fail_at_30)
+    assert main(args) == 1
+    capsys.readouterr()
+    monkeypatch.setattr(pipeline.trial, "_failure_hook", lambda spec: None)
+
+    assert main([*args, "--no-resume"]) == 0
+    printed = capsys.readouterr().out
+    out = json.loads(printed[printed.index("{"):])
+    assert "--no-resume: removing" in printed
+    assert out["resumed_from"] is None and out["attempts"] == 2
+    assert out["status"] == keys.STATUS_FINISHED

@@ -658,3 +658,15 @@ def test_fuzz_mutated_valid_sweeps(doc: dict[str, Any], fuzz_dir: Path) -> None:
                     | st.characters(codec="utf-8"), max_size=80))
 def test_fuzz_raw_text(text: str, fuzz_dir: Path) -> None:
     load_or_sweep_error(text, fuzz_dir)
+
+
+def test_docs_list_every_sweep_field() -> None:
+    """docs/sweeps.md documents every key a sweep file accepts (docs match the code)."""
+    from pipeline import config as c
+
+    text = (Path(__file__).parent.parent / "docs" / "sweeps.md").read_text()
+    sections = (c.ShapeSection, c.DataSection, c.TrainSection, c.ResourcesSection,
+                c.SizesSection, c.SweepConfig)
+    missing = [f"{m.__name__}.{name}" for m in sections for name in m.model_fields
+               if f"`{name}`" not in text and f"{name}:" not in text]
+    assert not missing, f"undocumented sweep keys: {missing}"

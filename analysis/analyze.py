@@ -1,0 +1,203 @@
+"""One call that runs every analysis on a sweep: what the fit CLI and the report use.
+
+    runs = load_sweep("chinchilla").runs            # or load_csv(...)
+    result = analyze(runs, curves, bootstrap=1000, seed=0)
+    result.approach3.fit.alpha, result.approach3.ci95("alpha"), result.comparison, ...
+    json.dumps(result.to_json_dict())               # the schema of docs/analysis.md
+
+Each approach is an ``Estimate`` (the typed fit, its point statistics and its bootstrap) or
+a ``Skipped`` with the reason (e.g. "no training curves", "a single compute budget"), so a
+report can show everything that was and was not possible with this sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import numpy as np
+import pandas as pd
+
+from analysis.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
+from analysis.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
+from analysis.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
+from analysis.bootstrap import Bootstrap, Interval
+from analysis.documented import ComparisonRow, compare
+from analysis.envelope import build_curves
+from analysis.errors import FitError
+from analysis.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
+from analysis.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
+from analysis.runs import Excluded, RunsTable
+from analysis.threads import single_threaded_blas
+
+APPROACHES: tuple[str, ...] = ("kaplan", "1", "2", "3")
+FitT = TypeVar("FitT")
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An approach that was not fitted, and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Estimate(Generic[FitT]):
+    """A fitted approach: the typed fit, its named point statistics, and their bootstrap."""
+
+    fit: FitT
+    point: Mapping[str, float]
+    """Exponents and derived quantities by name (tokens_per_param at the reference C)."""
+    bootstrap: Bootstrap | None = None
+    bootstrap_error: str | None = None
+    """Why there is no bootstrap although one was asked for (no resample could be fitted)."""
+
+    def ci95(self, name: str) -> Interval | None:
+        """95% percentile interval of a statistic, or None without a bootstrap."""
+        if self.bootstrap is None or name not in self.bootstrap.samples:
+            return None
+        return self.bootstrap.interval(name)
+
+    @property
+    def intervals(self) -> dict[str, Interval]:
+        return {} if self.bootstrap is None else self.bootstrap.intervals
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything fitted on one set of runs (see docs/analysis.md for the JSON form)."""
+
+    source: str
+    n_runs: int
+    excluded: tuple[Excluded, ...]
+    conventions: Mapping[str, str]
+    reference_flops: float
+    """The compute at which tokens per parameter is reported (default: the largest C)."""
+    n_resamples: int
+    seed: int
+    kaplan: Estimate[KaplanFit] | Skipped
+    approach1: Estimate[Approach1Fit] | Skipped
+    approach2: Estimate[Approach2Fit] | Skipped
+    approach3: Estimate[Approach3Fit] | Skipped
+    comparison: tuple[ComparisonRow, ...]
+    extrapolation: Mapping[str, ExtrapolationCheck | Skipped] = field(default_factory=dict)
+
+    def approaches(self) -> dict[str, Estimate | Skipped]:
+        return {"kaplan": self.kaplan, "1": self.approach1, "2": self.approach2,
+                "3": self.approach3}
+
+    def to_json_dict(self) -> dict:
+        from analysis.schema import analysis_to_json  # the schema lives in one module
+
+        return analysis_to_json(self)
+
+
+def _estimate(fit_fn: Callable[[], FitT], stats_fn: Callable[[FitT], Mapping[str, float]],
+              boot_fn: Callable[[FitT], Bootstrap] | None) -> Estimate[FitT] | Skipped:
+    """Fit, then bootstrap; FitError from the fit becomes Skipped with its message."""
+    try:
+        fit = fit_fn()
+    except FitError as err:
+        return Skipped(str(err))
+    if boot_fn is None:
+        return Estimate(fit, stats_fn(fit))
+    try:
+        return Estimate(fit, stats_fn(fit), bootstrap=boot_fn(fit))
+    except FitError as err:
+        return Estimate(fit, stats_fn(fit), bootstrap_error=str(err))
+
+
+def analyze(
+    runs: RunsTable,
+    curves: pd.DataFrame | None = None,
+    *,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    approaches: Iterable[str] = APPROACHES,
+    reference_flops: float | None = None,
+    n_jobs: int = 1,
+) -> Analysis:
+    """Fit every requested approach, bootstrap it, compare with the documented values and
+    run the extrapolation checks. ``bootstrap=0`` skips the intervals (fast)."""
+    wanted = set(approaches)
+    unknown = wanted - set(APPROACHES)
+    if unknown:
+        raise ValueError(f"unknown approach(es) {sorted(unknown)}; known: {APPROACHES}")
+    ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
+    n, d, c, loss, budget = (runs.column(k) for k in ("N", "D", "C", "loss", "budget"))
+    not_requested = Skipped("not requested")
+
+    def boot(fn: Callable[..., Bootstrap]) -> Callable[..., Bootstrap] | None:
+        return fn if bootstrap > 0 else None
+
+    with single_threaded_blas():
+        kaplan: Estimate | Skipped = not_requested
+        if "kaplan" in wanted:
+            n_k, _, label = runs.kaplan_n_c()
+            curves_k = build_curves(runs, curves, kaplan=True)
+            kaplan = _estimate(
+                lambda: fit_kaplan(n_k, d, loss, curves_k, conventions=label),
+                KaplanFit.statistics,
+                boot(lambda f: bootstrap_kaplan(n_k, d, loss, curves_k, f,
+                                                n_resamples=bootstrap, seed=seed)),
+            )
+        a1: Estimate | Skipped = not_requested
+        if "1" in wanted:
+            curves_c = build_curves(runs, curves)
+            if all(cv is None for cv in curves_c):
+                a1 = Skipped("no training curves")
+            else:
+                a1 = _estimate(
+                    lambda: fit_approach1(curves_c), lambda f: f.statistics(ref),
+                    boot(lambda f: bootstrap_approach1(curves_c, flops=ref,
+                                                       n_resamples=bootstrap, seed=seed)),
+                )
+        a2: Estimate | Skipped = not_requested
+        if "2" in wanted:
+            if not np.isfinite(budget).any():
+                a2 = Skipped("no IsoFLOP budgets (no run belongs to a budget)")
+            else:
+                a2 = _estimate(
+                    lambda: fit_approach2(n, d, c, loss, budget), lambda f: f.statistics(ref),
+                    boot(lambda f: bootstrap_approach2(n, d, c, loss, budget, flops=ref,
+                                                       n_resamples=bootstrap, seed=seed)),
+                )
+        a3: Estimate | Skipped = not_requested
+        if "3" in wanted:
+            a3 = _estimate(
+                lambda: fit_approach3(n, d, loss), lambda f: f.statistics(ref),
+                boot(lambda f: bootstrap_approach3(n, d, loss, f, flops=ref,
+                                                   n_resamples=bootstrap, seed=seed,
+                                                   n_jobs=n_jobs)),
+            )
+        extrapolation = _extrapolation(runs, a2, a3)
+
+    estimates = {
+        name: (est.reason if isinstance(est, Skipped) else (dict(est.point), est.intervals))
+        for name, est in {"kaplan": kaplan, "1": a1, "2": a2, "3": a3}.items()
+    }
+    return Analysis(
+        source=runs.source, n_runs=len(runs), excluded=runs.excluded,
+        conventions={"N": runs.n_convention, "C": runs.c_convention,
+                     "kaplan": runs.kaplan_n_c()[2]},
+        reference_flops=ref, n_resamples=bootstrap, seed=seed,
+        kaplan=kaplan, approach1=a1, approach2=a2, approach3=a3,
+        comparison=compare(estimates, tokens_note=f"at C = {ref:.3g}"),
+        extrapolation=extrapolation,
+    )
+
+
+def _extrapolation(runs: RunsTable, a2: Estimate | Skipped,
+                   a3: Estimate | Skipped) -> dict[str, ExtrapolationCheck | Skipped]:
+    out: dict[str, ExtrapolationCheck | Skipped] = {}
+    for name, est, check in (("2", a2, lambda: check_approach2(runs)),
+                             ("3", a3, lambda: check_approach3(runs, a3.fit))):
+        if isinstance(est, Skipped):
+            out[name] = Skipped(f"approach {name} was not fitted")
+            continue
+        try:
+            out[name] = check()
+        except FitError as err:
+            out[name] = Skipped(str(err))
+    return out

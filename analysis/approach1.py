@@ -1,0 +1,86 @@
+"""Chinchilla Approach 1: minimum loss per FLOP from the envelope of training curves.
+
+Hoffmann et al. (2022), Sec. 3.1: for each FLOP count, the run with the lowest loss gives
+the compute-optimal N and D at that compute; power laws through those points give
+N_opt ∝ C^a and D_opt ∝ C^b. The envelope and its interior rule are in analysis.envelope.
+
+Caveat (Hoffmann et al. 2022, Sec. 3.1 and Fig. A1): an intermediate point of a run whose
+cosine schedule is set for a longer horizon is not the loss a run of that length would reach,
+so the envelope is only as good as the sweep's range of schedule lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.bootstrap import Bootstrap, run_bootstrap
+from analysis.envelope import DEFAULT_GRID_POINTS, Curve, Envelope, envelope, interior_points
+from analysis.powerlaw import PowerLaw, fit_power_law
+
+WHAT = "Approach 1 (envelope of training curves)"
+
+
+@dataclass(frozen=True)
+class Approach1Fit:
+    """N_opt = k_N·C^a and D_opt = k_D·C^b through the interior envelope points."""
+
+    n_law: PowerLaw
+    d_law: PowerLaw
+    envelope: Envelope = field(repr=False)
+    """The interior envelope points the laws were fitted to."""
+
+    @property
+    def a(self) -> float:
+        return self.n_law.exponent
+
+    @property
+    def b(self) -> float:
+        return self.d_law.exponent
+
+    def n_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
+        return self.n_law(flops)
+
+    def d_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
+        return self.d_law(flops)
+
+    def tokens_per_param(self, flops: float | np.ndarray) -> float | np.ndarray:
+        return self.d_opt(flops) / self.n_opt(flops)
+
+    def statistics(self, flops: float) -> dict[str, float]:
+        """Exponents, and the allocation at ``flops``: what the bootstrap collects."""
+        return {"a": self.a, "b": self.b, "n_opt": float(self.n_opt(flops)),
+                "d_opt": float(self.d_opt(flops)),
+                "tokens_per_param": float(self.tokens_per_param(flops))}
+
+
+def fit_approach1(curves: Sequence[Curve | None], *,
+                  grid_points: int = DEFAULT_GRID_POINTS) -> Approach1Fit:
+    """Fit N_opt(C), D_opt(C) to the envelope of ``curves`` (None entries are ignored)."""
+    env = interior_points(envelope(curves, grid_points=grid_points, what=WHAT), what=WHAT)
+    return Approach1Fit(
+        n_law=fit_power_law(env.flops, env.n, what=f"{WHAT}: N_opt(C)"),
+        d_law=fit_power_law(env.flops, env.tokens, what=f"{WHAT}: D_opt(C)"),
+        envelope=env,
+    )
+
+
+@dataclass(frozen=True)
+class _Refit:
+    curves: tuple[Curve | None, ...]
+    flops: float
+    grid_points: int
+
+    def __call__(self, idx: np.ndarray) -> dict[str, float]:
+        # A run drawn twice adds nothing to a minimum: the unique runs define the envelope.
+        chosen = [self.curves[i] for i in np.unique(idx)]
+        return fit_approach1(chosen, grid_points=self.grid_points).statistics(self.flops)
+
+
+def bootstrap_approach1(curves: Sequence[Curve | None], *, flops: float, n_resamples: int,
+                        seed: int, grid_points: int = DEFAULT_GRID_POINTS) -> Bootstrap:
+    """Resample runs (with their curves) with replacement and refit the envelope."""
+    refit = _Refit(tuple(curves), float(flops), grid_points)
+    return run_bootstrap(len(curves), refit, n_resamples=n_resamples, seed=seed)

@@ -1,0 +1,62 @@
+"""Command-line plumbing shared by `python -m analysis.fit` and `python -m analysis.predict`.
+
+Why shared: both read runs the same way (--sweep from MLflow, or --csv with column
+mapping) and report input errors the same way (one line on stderr, exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+import pandas as pd
+
+from analysis.errors import AnalysisError
+from analysis.runs import RunsTable
+
+EXIT_INPUT_ERROR = 2
+
+
+def add_input_arguments(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--sweep", metavar="NAME", help="sweep (MLflow experiment) name")
+    source.add_argument("--csv", metavar="FILE", help="CSV of published runs, one per row")
+    parser.add_argument("--n-col", metavar="COL", help="CSV column of N (parameters)")
+    parser.add_argument("--d-col", metavar="COL",
+                        help="CSV column of D (tokens); without one, D = C/(6N)")
+    parser.add_argument("--c-col", metavar="COL",
+                        help="CSV column of C (FLOPs); without one, C = 6ND")
+    parser.add_argument("--loss-col", metavar="COL", help="CSV column of the final loss")
+    parser.add_argument("--budget-col", metavar="COL",
+                        help="CSV column of the IsoFLOP budget (default: runs sharing C)")
+    parser.add_argument("--drop-highest-loss", type=int, default=0, metavar="K",
+                        help="drop the K highest-loss CSV rows (Besiroglu et al. drop 5)")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or MLflow's)")
+    parser.add_argument("--flops-convention", default="6nd",
+                        help="which final/flops_<convention> is C (default 6nd: C = 6ND, "
+                             "the convention of Approach 3's allocation)")
+
+
+def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None]:
+    """Runs (and curves, for a sweep) as the arguments ask."""
+    from analysis.load import load_csv, load_sweep
+
+    if args.sweep:
+        data = load_sweep(args.sweep, tracking_uri=args.tracking_uri,
+                          flops_convention=args.flops_convention)
+        return data.runs, data.curves
+    runs = load_csv(args.csv, n_col=args.n_col, d_col=args.d_col, c_col=args.c_col,
+                    loss_col=args.loss_col, budget_col=args.budget_col,
+                    drop_highest_loss=args.drop_highest_loss)
+    return runs, None
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run a CLI main; an AnalysisError becomes one line on stderr and exit status 2."""
+    try:
+        return main(argv)
+    except AnalysisError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INPUT_ERROR

@@ -1,0 +1,111 @@
+"""The documented results our estimates are compared with (../shared/DESIGN.md).
+
+Sources:
+  Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (arXiv:2001.08361):
+      α_N = 0.076, α_D = 0.095, α_C^min = 0.050, N_opt ∝ C^0.73.
+  Hoffmann et al. 2022, "Training Compute-Optimal Large Language Models" (arXiv:2203.15556),
+      Table 2: a = 0.50 / 0.49 / 0.46 and b = 0.50 / 0.51 / 0.54 for Approaches 1 / 2 / 3;
+      ≈ 20 tokens per parameter; Approach 3 α = 0.34, β = 0.28.
+  Besiroglu et al. 2024, "Chinchilla Scaling: A replication attempt" (arXiv:2404.10102):
+      refit of Approach 3: a = 0.513, ≈ 20 tokens per parameter.
+Constants (E, A, B, N_c, D_c) depend on the tokenizer and data, so only exponents and the
+tokens-per-parameter ratio are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis.bootstrap import Interval
+
+
+@dataclass(frozen=True)
+class Documented:
+    """One published value and which of our statistics it is compared with."""
+
+    source: str
+    quantity: str
+    """Name of our statistic: alpha_N, alpha_D, alpha_C, n_opt_exponent, a, b, alpha, beta,
+    tokens_per_param."""
+    approach: str
+    """Which of our fits estimates it: "kaplan", "1", "2" or "3"."""
+    value: float
+    note: str = ""
+
+
+KAPLAN = "Kaplan 2020"
+HOFFMANN = "Hoffmann 2022"
+BESIROGLU = "Besiroglu 2024"
+
+DOCUMENTED: tuple[Documented, ...] = (
+    Documented(KAPLAN, "alpha_N", "kaplan", 0.076, "L(N), non-embedding N"),
+    Documented(KAPLAN, "alpha_D", "kaplan", 0.095, "L(D)"),
+    Documented(KAPLAN, "alpha_C", "kaplan", 0.050, "L(C_min), envelope of curves"),
+    Documented(KAPLAN, "n_opt_exponent", "kaplan", 0.73, "N_opt ∝ C^x, envelope of curves"),
+    Documented(HOFFMANN, "a", "1", 0.50, "N_opt ∝ C^a"),
+    Documented(HOFFMANN, "b", "1", 0.50, "D_opt ∝ C^b"),
+    Documented(HOFFMANN, "tokens_per_param", "1", 20.0, "≈ 20"),
+    Documented(HOFFMANN, "a", "2", 0.49, "N_opt ∝ C^a"),
+    Documented(HOFFMANN, "b", "2", 0.51, "D_opt ∝ C^b"),
+    Documented(HOFFMANN, "tokens_per_param", "2", 20.0, "≈ 20"),
+    Documented(HOFFMANN, "a", "3", 0.46, "N_opt ∝ C^a"),
+    Documented(HOFFMANN, "b", "3", 0.54, "D_opt ∝ C^b"),
+    Documented(HOFFMANN, "alpha", "3", 0.34, "L = E + A/N^α + B/D^β"),
+    Documented(HOFFMANN, "beta", "3", 0.28, "L = E + A/N^α + B/D^β"),
+    Documented(HOFFMANN, "tokens_per_param", "3", 20.0, "≈ 20"),
+    Documented(BESIROGLU, "a", "3", 0.513, "refit of Approach 3"),
+    Documented(BESIROGLU, "tokens_per_param", "3", 20.0, "≈ 20, refit of Approach 3"),
+)
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """A documented value next to our estimate and 95% interval."""
+
+    source: str
+    quantity: str
+    approach: str
+    documented: float
+    estimate: float | None
+    """None when the approach was skipped or this quantity could not be fitted."""
+    ci95: Interval | None
+    """None without a bootstrap."""
+    inside: bool | None
+    """Whether the documented value lies inside our 95% interval (None: no interval)."""
+    note: str = ""
+
+    def to_json_dict(self) -> dict:
+        return {
+            "source": self.source, "quantity": self.quantity, "approach": self.approach,
+            "documented": self.documented, "estimate": self.estimate,
+            "ci95": None if self.ci95 is None else self.ci95.as_list(),
+            "inside": self.inside, "note": self.note,
+        }
+
+
+def compare(estimates: dict[str, tuple[dict[str, float], dict[str, Interval]] | str],
+            *, tokens_note: str = "") -> tuple[ComparisonRow, ...]:
+    """One row per documented value.
+
+    ``estimates`` maps an approach ("kaplan", "1", "2", "3") to (point statistics, 95%
+    intervals), or to the reason the approach was skipped.
+    """
+    rows = []
+    for doc in DOCUMENTED:
+        entry = estimates.get(doc.approach, "not run")
+        note = doc.note
+        if doc.quantity == "tokens_per_param" and tokens_note:
+            note = f"{note}; ours {tokens_note}"
+        if isinstance(entry, str):
+            rows.append(ComparisonRow(doc.source, doc.quantity, doc.approach, doc.value,
+                                      None, None, None, f"{note}; skipped: {entry}"))
+            continue
+        point, intervals = entry
+        estimate = point.get(doc.quantity)
+        interval = intervals.get(doc.quantity)
+        if estimate is None:
+            note = f"{note}; not estimated"
+        inside = None if interval is None or estimate is None else interval.contains(doc.value)
+        rows.append(ComparisonRow(doc.source, doc.quantity, doc.approach, doc.value,
+                                  estimate, interval, inside, note))
+    return tuple(rows)

@@ -1,0 +1,57 @@
+"""`python -m analysis.fit`: fit the scaling laws of a sweep (or published CSV) and print them.
+
+    python -m analysis.fit --sweep quickstart
+    python -m analysis.fit --csv tests/data/chinchilla_epoch_fig4.csv --n-col "Model Size" \\
+        --c-col "Training FLOP" --loss-col loss --drop-highest-loss 5 --approach 3 --json
+
+--json prints one JSON object (schema in docs/analysis.md, the same as Analysis.to_json_dict);
+otherwise readable tables. Input errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from analysis.analyze import APPROACHES, analyze
+from analysis.bootstrap import DEFAULT_RESAMPLES
+from analysis.cli import add_input_arguments, load_input, run_main
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m analysis.fit", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_input_arguments(p)
+    p.add_argument("--approach", choices=[*APPROACHES, "all"], default="all",
+                   help="which fit(s) to run (default: all)")
+    p.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
+                   help=f"bootstrap resamples of runs (default {DEFAULT_RESAMPLES}; 0: none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--reference-flops", type=float, metavar="C",
+                   help="compute at which to report the allocation (default: largest C)")
+    p.add_argument("--jobs", type=int, default=1, metavar="J",
+                   help="processes for the Approach 3 bootstrap (default 1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.bootstrap < 0:
+        parser().error("--bootstrap must be >= 0")
+    runs, curves = load_input(args)
+    approaches = APPROACHES if args.approach == "all" else (args.approach,)
+    result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
+                     approaches=approaches, reference_flops=args.reference_flops,
+                     n_jobs=args.jobs)
+    if args.json:
+        print(json.dumps(result.to_json_dict(), indent=2, allow_nan=False))
+    else:
+        from analysis.render import render
+
+        render(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main))

@@ -1,0 +1,209 @@
+"""Kaplan et al. (2020) laws: L(N), L(D), L(C_min), N_opt(C), and the joint L(N, D).
+
+Kaplan et al. (2020), "Scaling Laws for Neural Language Models", Eqs. (1.1)-(1.5):
+    L(N) = (N_c/N)^α_N            with data not the bottleneck
+    L(D) = (D_c/D)^α_D            with the model not the bottleneck
+    L(C_min) = (C_c/C_min)^α_C    along the compute-efficient frontier (training curves)
+    L(N, D) = [(N_c/N)^(α_N/α_D) + D_c/D]^α_D
+N is Kaplan's non-embedding count and C = 6·N·D with that N, whenever the runs record it.
+
+Which runs stand for "the other variable is not the bottleneck": a sweep does not train every
+size to convergence, so L(N) and L(D) are fitted to the *lower frontier* of the final losses:
+a run is kept when its loss is below that of every run with a smaller-or-equal N (for L(N))
+or D (for L(D)). With a full N x D grid this is the longest-trained run per size (and the
+largest model per data size); with an IsoFLOP grid it is an approximation that reports say is
+one. L(C_min) and N_opt(C) come from the envelope of training curves (analysis.envelope).
+The joint law is fitted to every run by least squares on log L.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from analysis.bootstrap import Bootstrap, run_bootstrap
+from analysis.envelope import DEFAULT_GRID_POINTS, Curve, envelope, interior_points
+from analysis.errors import FitError
+from analysis.powerlaw import (
+    InversePowerLaw,
+    PowerLaw,
+    as_positive,
+    fit_inverse_power_law,
+    fit_power_law,
+    require_points,
+    require_varying,
+)
+from analysis.threads import single_threaded_blas
+
+WHAT_JOINT = "Kaplan joint L(N, D)"
+
+
+def lower_frontier(x: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Points whose loss is below every point with smaller-or-equal x (sorted by x)."""
+    order = np.lexsort((loss, x))  # by x, then loss: the best run of each x comes first
+    xs, ls = x[order], loss[order]
+    keep = ls < np.concatenate([[np.inf], np.minimum.accumulate(ls)[:-1]])
+    return xs[keep], ls[keep]
+
+
+@dataclass(frozen=True)
+class KaplanJoint:
+    """L(N, D) = [(N_c/N)^(α_N/α_D) + D_c/D]^α_D (Kaplan et al. 2020, Eq. 1.5)."""
+
+    alpha_N: float
+    alpha_D: float
+    N_c: float
+    D_c: float
+    n_points: int
+    rmse_log: float
+
+    def __call__(self, n: float | np.ndarray, d: float | np.ndarray) -> float | np.ndarray:
+        return np.exp(_joint_log_loss(np.array([self.alpha_N, self.alpha_D, np.log(self.N_c),
+                                                np.log(self.D_c)]), np.log(n), np.log(d)))
+
+
+def _joint_log_loss(p: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
+    """ln L = α_D · ln[exp((α_N/α_D)(ln N_c − ln N)) + exp(ln D_c − ln D)], overflow-free."""
+    alpha_n, alpha_d, ln_nc, ln_dc = p
+    return alpha_d * np.logaddexp(alpha_n / alpha_d * (ln_nc - ln_n), ln_dc - ln_d)
+
+
+def fit_kaplan_joint(n: object, d: object, loss: object, *,
+                     starts: Sequence[Sequence[float]] | None = None) -> KaplanJoint:
+    """Least squares on ln L from a few starts (or the given (α_N, α_D, ln N_c, ln D_c) rows)."""
+    ln_n = np.log(as_positive("N", n, what=WHAT_JOINT))
+    ln_d = np.log(as_positive("D", d, what=WHAT_JOINT))
+    ln_l = np.log(as_positive("loss", loss, what=WHAT_JOINT))
+    if not ln_n.size == ln_d.size == ln_l.size:
+        raise FitError(f"{WHAT_JOINT}: N, D and loss differ in length")
+    require_points(ln_n.size, 4, what=WHAT_JOINT)
+    require_varying("loss", ln_l, what=WHAT_JOINT)
+    require_varying("N", ln_n, what=WHAT_JOINT)
+    require_varying("D", ln_d, what=WHAT_JOINT)
+    if starts is None:  # exponents as Kaplan's magnitudes; scales beyond the data
+        starts = [(an, ad, ln_n.max() + sn, ln_d.max() + sd)
+                  for an in (0.05, 0.3) for ad in (0.05, 0.3) for sn in (3.0, 15.0)
+                  for sd in (3.0, 15.0)]
+    best = None
+    with single_threaded_blas():
+        for p0 in starts:
+            res = least_squares(lambda p: _joint_log_loss(p, ln_n, ln_d) - ln_l,
+                                np.asarray(p0), bounds=([1e-4, 1e-4, -np.inf, -np.inf], np.inf))
+            if np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
+                best = res
+    if best is None:
+        raise FitError(f"{WHAT_JOINT}: no start reached a finite optimum")
+    alpha_n, alpha_d, ln_nc, ln_dc = best.x
+    if max(abs(ln_nc), abs(ln_dc)) > 700:
+        raise FitError(f"{WHAT_JOINT}: N_c or D_c out of range (ln = {ln_nc:.4g}, {ln_dc:.4g})")
+    return KaplanJoint(
+        alpha_N=float(alpha_n), alpha_D=float(alpha_d), N_c=float(np.exp(ln_nc)),
+        D_c=float(np.exp(ln_dc)), n_points=int(ln_n.size),
+        rmse_log=float(np.sqrt(2.0 * best.cost / ln_n.size)),
+    )
+
+
+@dataclass(frozen=True)
+class KaplanFit:
+    """Every Kaplan law that could be fitted; ``skipped`` says why the others were not."""
+
+    l_of_n: InversePowerLaw | None
+    l_of_d: InversePowerLaw | None
+    l_of_c: InversePowerLaw | None
+    n_opt: PowerLaw | None
+    """N_opt ∝ C^exponent along the envelope (Kaplan et al. 2020 find 0.73)."""
+    joint: KaplanJoint | None
+    conventions: str
+    skipped: Mapping[str, str] = field(default_factory=dict)
+
+    def statistics(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self.l_of_n is not None:
+            out["alpha_N"] = self.l_of_n.alpha
+        if self.l_of_d is not None:
+            out["alpha_D"] = self.l_of_d.alpha
+        if self.l_of_c is not None:
+            out["alpha_C"] = self.l_of_c.alpha
+        if self.n_opt is not None:
+            out["n_opt_exponent"] = self.n_opt.exponent
+        if self.joint is not None:
+            out["joint_alpha_N"] = self.joint.alpha_N
+            out["joint_alpha_D"] = self.joint.alpha_D
+        return out
+
+
+def fit_kaplan(n: object, d: object, loss: object, curves: Sequence[Curve | None] | None, *,
+               conventions: str, grid_points: int = DEFAULT_GRID_POINTS,
+               joint_starts: Sequence[Sequence[float]] | None = None) -> KaplanFit:
+    """Fit all Kaplan laws that the data allow. ``n``: Kaplan's N; ``curves`` on Kaplan's C.
+
+    FitError only when none of them can be fitted (the message lists every reason).
+    """
+    n_arr, d_arr, l_arr = (np.asarray(v, dtype=float).ravel() for v in (n, d, loss))
+    parts: dict[str, object] = {}
+    skipped: dict[str, str] = {}
+
+    def attempt(name: str, fn: Callable[[], object]) -> None:
+        try:
+            parts[name] = fn()
+        except FitError as err:
+            skipped[name] = str(err)
+
+    attempt("L(N)", lambda: fit_inverse_power_law(
+        *lower_frontier(n_arr, l_arr), what="Kaplan L(N) (lower frontier of final losses)"))
+    attempt("L(D)", lambda: fit_inverse_power_law(
+        *lower_frontier(d_arr, l_arr), what="Kaplan L(D) (lower frontier of final losses)"))
+    if curves is None or all(c is None for c in curves):
+        skipped["L(C)"] = skipped["N_opt(C)"] = "no training curves"
+    else:
+        what = "Kaplan L(C_min) (envelope of training curves)"
+        try:
+            env = interior_points(envelope(curves, grid_points=grid_points, what=what), what=what)
+        except FitError as err:
+            skipped["L(C)"] = skipped["N_opt(C)"] = str(err)
+        else:
+            attempt("L(C)", lambda: fit_inverse_power_law(env.flops, env.loss, what=what))
+            attempt("N_opt(C)", lambda: fit_power_law(env.flops, env.n,
+                                                      what="Kaplan N_opt(C) (envelope)"))
+    attempt("L(N,D)", lambda: fit_kaplan_joint(n_arr, d_arr, l_arr, starts=joint_starts))
+    if not parts:
+        raise FitError("Kaplan laws: none could be fitted: " +
+                       "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    return KaplanFit(
+        l_of_n=parts.get("L(N)"), l_of_d=parts.get("L(D)"), l_of_c=parts.get("L(C)"),
+        n_opt=parts.get("N_opt(C)"), joint=parts.get("L(N,D)"), conventions=conventions,
+        skipped=skipped,
+    )
+
+
+@dataclass(frozen=True)
+class _Refit:
+    n: np.ndarray
+    d: np.ndarray
+    loss: np.ndarray
+    curves: tuple[Curve | None, ...] | None
+    joint_start: tuple[float, ...] | None
+    grid_points: int
+
+    def __call__(self, idx: np.ndarray) -> dict[str, float]:
+        curves = None if self.curves is None else [self.curves[i] for i in np.unique(idx)]
+        starts = None if self.joint_start is None else [self.joint_start]
+        fit = fit_kaplan(self.n[idx], self.d[idx], self.loss[idx], curves, conventions="",
+                         grid_points=self.grid_points, joint_starts=starts)
+        return fit.statistics()
+
+
+def bootstrap_kaplan(n: object, d: object, loss: object, curves: Sequence[Curve | None] | None,
+                     fit: KaplanFit, *, n_resamples: int, seed: int,
+                     grid_points: int = DEFAULT_GRID_POINTS) -> Bootstrap:
+    """Resample runs; refit every Kaplan law (the joint law starts from the full-data fit:
+    least squares, unlike L-BFGS-B's relative-reduction test, does not stop early there)."""
+    j = fit.joint
+    start = None if j is None else (j.alpha_N, j.alpha_D, float(np.log(j.N_c)),
+                                    float(np.log(j.D_c)))
+    refit = _Refit(*(np.asarray(v, dtype=float) for v in (n, d, loss)),
+                   None if curves is None else tuple(curves), start, grid_points)
+    return run_bootstrap(len(refit.n), refit, n_resamples=n_resamples, seed=seed)

@@ -1,0 +1,316 @@
+"""Runs into a RunsTable: from an MLflow sweep, or from a CSV of published data.
+
+MLflow (the contract of pipeline/tracking.py, keys from pipeline/keys.py): experiment name =
+sweep name; one child run (tag kind=trial) per RunSpec. A run is used only when its tag
+``status`` is "finished" *and* its MLflow status is FINISHED, and it has a finite, positive
+final loss, N, D and C; every other run is excluded and named with the reason (printed, and
+kept in ``RunsTable.excluded`` for the report). Curves come from the ``curve.json`` artifact
+(one cheap read), else from the metric history of val/loss and tokens.
+
+CSV: one row per run; columns mapped by name (defaults recognise the Epoch Chinchilla file
+and plain N/D/C/loss); D = C/(6N) when the file has no D column (as Besiroglu et al. 2024 do
+for the Chinchilla data), C = 6·N·D when it has no C column. Malformed input raises
+DataError naming the file and the column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import DataError
+from analysis.runs import CURVE_COLUMNS, Excluded, RunsTable
+from pipeline import keys
+
+Log = Callable[[str], None]
+N_ALIASES = ("N", "params", "n_params", "Model Size", "param_count")
+D_ALIASES = ("D", "tokens", "n_tokens")
+C_ALIASES = ("C", "flops", "FLOPs", "Training FLOP", "compute")
+LOSS_ALIASES = ("loss", "Loss", "val_loss", "final_loss")
+MIN_BUDGET_RUNS = 3
+"""Runs with the same C (to 6 significant digits) form an IsoFLOP budget from this many on."""
+SHAPE_PARAMS = ("n_layer", "d_model", "n_heads", "vocab_size", "seq_len")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class SweepData:
+    """A loaded sweep: finished runs (with the exclusions) and their training curves."""
+
+    runs: RunsTable
+    curves: pd.DataFrame | None
+    """Columns run_id, step, tokens, loss; None when no run has a curve."""
+
+
+# --------------------------------------------------------------------------- MLflow
+
+
+def _float(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _exclusion_reason(run: object, flops_key: str) -> str | None:
+    """Why a child run cannot be used, or None when it can."""
+    tags, metrics = run.data.tags, run.data.metrics
+    status = tags.get(keys.TAG_STATUS, "")
+    if status != keys.STATUS_FINISHED:
+        reason = status or "no status tag"
+        if tags.get(keys.TAG_DIVERGED_STEP):
+            reason += f" at step {tags[keys.TAG_DIVERGED_STEP]}"
+        if tags.get(keys.TAG_ERROR):
+            reason += f": {tags[keys.TAG_ERROR]}"
+        return reason
+    if run.info.status != "FINISHED":
+        return f"MLflow status {run.info.status} (unfinished)"
+    for key in (keys.FINAL_VAL_LOSS, keys.PARAMS_TOTAL, keys.FINAL_TOKENS, flops_key):
+        value = _float(metrics.get(key))
+        if not (np.isfinite(value) and value > 0):
+            return f"missing or invalid metric {key} ({metrics.get(key)!r})"
+    return None
+
+
+def _row(run: object, flops_key: str) -> dict:
+    tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
+    n = _float(metrics[keys.PARAMS_TOTAL])
+    d = _float(metrics[keys.FINAL_TOKENS])
+    n_k = _float(metrics.get(keys.PARAMS_NON_EMBEDDING))
+    c_k = _float(metrics.get(keys.flops_key("6nd_non_embedding")))
+    row = {
+        "run_id": tags.get(keys.TAG_RUN_ID) or run.info.run_id,
+        "N": n, "D": d, "C": _float(metrics[flops_key]),
+        "loss": _float(metrics[keys.FINAL_VAL_LOSS]),
+        "budget": _float(tags.get(keys.TAG_BUDGET) or "nan"),
+        "N_kaplan": n_k,
+        "C_kaplan": c_k if np.isfinite(c_k) else 6.0 * n_k * d,
+        "family": tags.get(keys.TAG_FAMILY, ""),
+        "val_bpb": _float(metrics.get(keys.FINAL_VAL_BPB)),
+        "mlflow_run_id": run.info.run_id,
+        "run_name": run.info.run_name or "",
+    }
+    for key, value in metrics.items():
+        if key.startswith(keys.FLOPS_PREFIX):
+            row["flops_" + key.removeprefix(keys.FLOPS_PREFIX)] = _float(value)
+    for name in SHAPE_PARAMS:
+        row[name] = _float(params.get(f"model.{name}"))
+    return row
+
+
+@contextmanager
+def _no_progress_bars() -> Iterator[None]:
+    """MLflow draws a progress bar per artifact download; one per run would flood stderr."""
+    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    old = os.environ.get(name)
+    os.environ[name] = "false"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def _curve(client: object, run: object) -> pd.DataFrame | None:
+    """The run's eval curve: the curve.json artifact, else the metric history."""
+    from mlflow.exceptions import MlflowException
+
+    rid = run.info.run_id
+    try:
+        with tempfile.TemporaryDirectory() as tmp, _no_progress_bars():
+            path = client.download_artifacts(rid, keys.CURVE_ARTIFACT, tmp)
+            data = json.loads(Path(path).read_text())
+        frame = pd.DataFrame({"step": data["step"], "tokens": data["tokens"],
+                              "loss": data["val_loss"]})
+    except (MlflowException, OSError, KeyError, ValueError, TypeError):
+        try:
+            loss = client.get_metric_history(rid, keys.VAL_LOSS)
+            tokens = client.get_metric_history(rid, keys.TOKENS)
+        except MlflowException:
+            return None
+        frame = pd.merge(
+            pd.DataFrame({"step": [m.step for m in loss], "loss": [m.value for m in loss]}),
+            pd.DataFrame({"step": [m.step for m in tokens], "tokens": [m.value for m in tokens]}),
+            on="step",
+        ).drop_duplicates("step", keep="last")
+    if frame.empty:
+        return None
+    frame["run_id"] = run.data.tags.get(keys.TAG_RUN_ID) or rid
+    return frame[list(CURVE_COLUMNS)]
+
+
+def _name(run: object) -> str:
+    return run.info.run_name or run.data.tags.get(keys.TAG_RUN_ID) or run.info.run_id
+
+
+def load_sweep(sweep: str, *, tracking_uri: str | None = None, flops_convention: str = "6nd",
+               with_curves: bool = True, log: Log = _stderr) -> SweepData:
+    """Finished runs of ``sweep`` (an MLflow experiment) with C = final/flops_<convention>."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    where = f"MLflow store {client.tracking_uri}"
+    experiment = client.get_experiment_by_name(sweep)
+    if experiment is None:
+        raise DataError(f"{where}: no sweep (experiment) named {sweep!r}")
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment.experiment_id], f"tags.{keys.TAG_KIND} = 'trial'",
+                                  max_results=5000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    flops_key = keys.flops_key(flops_convention)
+    usable: dict[str, object] = {}
+    excluded: list[Excluded] = []
+    for run in runs:
+        reason = _exclusion_reason(run, flops_key)
+        if reason is not None:
+            excluded.append(Excluded(_name(run), reason))
+            continue
+        rid = run.data.tags.get(keys.TAG_RUN_ID) or run.info.run_id
+        older = usable.get(rid)
+        if older is not None:  # two finished MLflow runs of one RunSpec: keep the later one
+            first, later = sorted((older, run), key=lambda r: r.info.end_time or 0)
+            excluded.append(Excluded(_name(first), "superseded by a later finished run "
+                                                   "of the same run_id"))
+            run = later
+        usable[rid] = run
+    _report(log, sweep, len(usable), excluded)
+    if not usable:
+        raise DataError(f"{where}: sweep {sweep!r} has no finished runs "
+                        f"({len(runs)} trial run(s), all excluded)")
+    frame = pd.DataFrame([_row(r, flops_key) for r in usable.values()])
+    table = RunsTable(frame, source=f"MLflow sweep {sweep!r}", n_convention="params_total",
+                      c_convention=flops_convention, excluded=tuple(excluded))
+    curves = None
+    if with_curves:
+        parts = [c for c in (_curve(client, r) for r in usable.values()) if c is not None]
+        if len(parts) < len(usable):
+            log(f"{sweep}: {len(usable) - len(parts)} of {len(usable)} runs have no curve")
+        curves = pd.concat(parts, ignore_index=True) if parts else None
+    return SweepData(table, curves)
+
+
+def _report(log: Log, sweep: str, kept: int, excluded: Sequence[Excluded]) -> None:
+    if not excluded:
+        log(f"{sweep}: {kept} finished runs, none excluded")
+        return
+    names = "; ".join(f"{e.run} ({e.reason})" for e in excluded)
+    log(f"{sweep}: {kept} finished runs; excluded {len(excluded)}: {names}")
+
+
+# --------------------------------------------------------------------------- CSV
+
+
+def _pick(columns: Sequence[str], given: str | None, aliases: Sequence[str], path: Path,
+          flag: str) -> str | None:
+    if given is not None:
+        if given not in columns:
+            raise DataError(f"{path}: no column {given!r} ({flag}); the columns are "
+                            f"{', '.join(map(repr, columns))}")
+        return given
+    return next((a for a in aliases if a in columns), None)
+
+
+def _numeric(frame: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+    """A column as floats; DataError naming file, column and rows for missing or <= 0."""
+    values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+    rows = frame.index.to_numpy() + 2  # file line numbers: the header is line 1
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise DataError(f"{path}: column {col!r} has {int(bad.sum())} missing or non-numeric "
+                        f"value(s) (lines {', '.join(map(str, rows[bad][:5]))})")
+    bad = values <= 0
+    if bad.any():
+        raise DataError(f"{path}: column {col!r} has {int(bad.sum())} value(s) <= 0 "
+                        f"(lines {', '.join(map(str, rows[bad][:5]))})")
+    return values
+
+
+def _budgets(c: np.ndarray) -> np.ndarray:
+    """C rounded to 6 significant digits where at least MIN_BUDGET_RUNS runs share it."""
+    rounded = np.array([float(f"{v:.6g}") for v in c])
+    labels, counts = np.unique(rounded, return_counts=True)
+    shared = set(labels[counts >= MIN_BUDGET_RUNS])
+    return np.array([v if v in shared else np.nan for v in rounded])
+
+
+def _budget_column(frame: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+    """The budget of each run; blank where a run is not an IsoFLOP cell, never <= 0."""
+    if col not in frame.columns:
+        raise DataError(f"{path}: no column {col!r} (--budget-col)")
+    values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+    if (values <= 0).any():
+        raise DataError(f"{path}: column {col!r} has value(s) <= 0")
+    return values
+
+
+def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = None,
+             c_col: str | None = None, loss_col: str | None = None,
+             budget_col: str | None = None, drop_highest_loss: int = 0,
+             log: Log = _stderr) -> RunsTable:
+    """Published runs from a CSV (one row per run). See the module docstring."""
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise DataError(f"{path}: cannot read as CSV ({err})") from err
+    cols = list(frame.columns)
+    n_name = _pick(cols, n_col, N_ALIASES, path, "--n-col")
+    d_name = _pick(cols, d_col, D_ALIASES, path, "--d-col")
+    c_name = _pick(cols, c_col, C_ALIASES, path, "--c-col")
+    l_name = _pick(cols, loss_col, LOSS_ALIASES, path, "--loss-col")
+    for found, what, flag, aliases in ((n_name, "N (parameters)", "--n-col", N_ALIASES),
+                                       (l_name, "loss", "--loss-col", LOSS_ALIASES)):
+        if found is None:
+            raise DataError(f"{path}: no {what} column: none of {', '.join(aliases)} (give "
+                            f"{flag}); the columns are {', '.join(map(repr, cols))}")
+    if d_name is None and c_name is None:
+        raise DataError(f"{path}: needs a D (tokens) or a C (FLOPs) column (--d-col/--c-col); "
+                        f"the columns are {', '.join(map(repr, cols))}")
+    if frame.empty:
+        raise DataError(f"{path}: no rows")
+    if not 0 <= drop_highest_loss < len(frame):
+        raise DataError(f"{path}: cannot drop {drop_highest_loss} of {len(frame)} rows")
+    loss = _numeric(frame, l_name, path)
+    if drop_highest_loss:
+        keep = np.sort(np.argsort(loss, kind="stable")[: len(loss) - drop_highest_loss])
+        frame, loss = frame.iloc[keep], loss[keep]
+        log(f"{path}: dropped the {drop_highest_loss} highest-loss rows")
+    n = _numeric(frame, n_name, path)
+    c = _numeric(frame, c_name, path) if c_name else None
+    d = _numeric(frame, d_name, path) if d_name else c / (6.0 * n)
+    if c is None:
+        c = 6.0 * n * d
+    c_label = repr(c_name) if c_name else f"C = 6·N·D (columns {n_name!r}, {d_name!r})"
+    if np.unique(np.round(c / c.max(), 9)).size < 2:
+        raise DataError(f"{path}: column {c_label} has a single compute budget ({c[0]:.4g}); "
+                        "scaling fits need at least two")
+    budget = _budget_column(frame, budget_col, path) if budget_col else _budgets(c)
+    table = pd.DataFrame({
+        "run_id": [f"line{i + 2}" for i in frame.index], "N": n, "D": d, "C": c, "loss": loss,
+        "budget": budget, "N_kaplan": np.nan, "C_kaplan": np.nan, "family": "",
+    })
+    derived = "" if d_name else ", D = C/(6N)"
+    dropped = f", {drop_highest_loss} highest-loss rows dropped" if drop_highest_loss else ""
+    return RunsTable(
+        table, source=f"{path}{derived}{dropped}", n_convention=f"column {n_name!r}",
+        c_convention=f"column {c_name!r}" if c_name else "6nd (6·N·D)",
+    )
+

@@ -1,0 +1,98 @@
+"""`python -m analysis.predict`: the compute-optimal model for a FLOP budget, with intervals.
+
+    python -m analysis.predict --sweep quickstart --flops 1e13
+    python -m analysis.predict --csv tests/data/chinchilla_epoch_fig4.csv --n-col "Model Size" \\
+        --c-col "Training FLOP" --loss-col loss --drop-highest-loss 5 --flops 5.76e23 --json
+
+Prints N_opt, D_opt, tokens per parameter and (Approach 3) the predicted loss, each with its
+95% bootstrap interval, then the nearest buildable shape of the sweep's family as a sweep file
+to run. C is in the 6·N·D convention (Approach 3's allocation, Hoffmann et al. 2022 Eq. 4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from analysis.analyze import Skipped, analyze
+from analysis.cli import add_input_arguments, load_input, run_main
+from analysis.errors import FitError
+from analysis.render import fmt, fmt_interval
+from analysis.schema import clean
+from analysis.shapes import ShapeChoice, nearest_shape
+
+QUANTITIES = ("n_opt", "d_opt", "tokens_per_param", "loss_opt")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m analysis.predict",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_input_arguments(p)
+    p.add_argument("--flops", type=float, required=True, metavar="C", help="compute budget")
+    p.add_argument("--approach", choices=("1", "2", "3"), default="3",
+                   help="which allocation to use (default 3, the only one with a loss)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                   help="bootstrap resamples for the intervals (default 1000; 0: none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def predict(args: argparse.Namespace) -> dict:
+    """The prediction as a JSON-ready dict (the --json output)."""
+    if not args.flops > 0:
+        raise FitError(f"--flops must be > 0, got {args.flops}")
+    runs, curves = load_input(args)
+    result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
+                     approaches=(args.approach,), reference_flops=args.flops)
+    est = result.approaches()[args.approach]
+    if isinstance(est, Skipped):
+        raise FitError(f"approach {args.approach} cannot be fitted: {est.reason}")
+    shape = nearest_shape(est.point["n_opt"], args.flops, runs)
+    name = f"{args.sweep or 'published'}-optimal"
+    out = {
+        "source": result.source, "approach": args.approach, "flops": args.flops,
+        **{q: est.point[q] for q in QUANTITIES if q in est.point},
+        "ci95": {q: est.ci95(q).as_list() for q in QUANTITIES if est.ci95(q) is not None},
+        "shape": shape.__dict__ if isinstance(shape, ShapeChoice) else None,
+        "shape_note": "" if isinstance(shape, ShapeChoice) else shape,
+        "snippet": shape.sweep_snippet(name, args.flops) if isinstance(shape, ShapeChoice)
+        else "",
+    }
+    return clean(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    out = predict(args)
+    if args.json:
+        print(json.dumps(out, indent=2, allow_nan=False))
+        return 0
+    console = Console()
+    table = Table(title=f"Compute-optimal allocation at C = {args.flops:.3g} FLOPs "
+                        f"(approach {args.approach}; {out['source']})", title_justify="left")
+    for col in ("quantity", "estimate", "95% interval"):
+        table.add_column(col)
+    for q in QUANTITIES:
+        if q in out:
+            ci = out["ci95"].get(q)
+            table.add_row(q, fmt(out[q]), fmt_interval(None) if ci is None else
+                          f"[{ci[0]:.4g}, {ci[1]:.4g}]")
+    console.print(table)
+    if out["shape"] is None:
+        console.print(f"No buildable shape: {out['shape_note']}")
+    else:
+        s = out["shape"]
+        console.print(f"Nearest {s['family']} shape: n_layer={s['n_layer']}, "
+                      f"d_model={s['d_model']}, n_heads={s['n_heads']}: "
+                      f"N = {s['params_total']:,} parameters, D = {s['tokens']:.4g} tokens")
+        print(out["snippet"], end="")  # plain: a terminal-width wrap would break the YAML
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_main(main))

@@ -1,0 +1,123 @@
+"""Human-readable tables of an Analysis (rich), for `python -m analysis.fit`.
+
+Only presentation: every number comes from the Analysis object, the same one that
+``to_json_dict`` serialises, so the table and the JSON never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+from analysis.analyze import Analysis, Estimate, Skipped
+from analysis.approach2 import Approach2Fit
+from analysis.bootstrap import Interval
+from analysis.schema import estimate_to_json
+
+TITLES = {"kaplan": "Kaplan et al. 2020 laws", "1": "Chinchilla Approach 1 (envelope)",
+          "2": "Chinchilla Approach 2 (IsoFLOP parabolas)",
+          "3": "Chinchilla Approach 3 (L = E + A/N^α + B/D^β)"}
+
+
+def fmt(value: object) -> str:
+    """Numbers to 4 significant digits; None as a dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def fmt_interval(iv: Interval | None) -> str:
+    return "—" if iv is None else f"[{iv.low:.4g}, {iv.high:.4g}]"
+
+
+def estimate_table(name: str, est: Estimate) -> Table:
+    table = Table(title=TITLES[name], title_justify="left")
+    for col in ("quantity", "estimate", "95% interval"):
+        table.add_column(col)
+    for key, value in est.point.items():
+        table.add_row(key, fmt(value), fmt_interval(est.ci95(key)))
+    extra = estimate_to_json(est)
+    for key in ("N_c", "D_c", "C_c", "objective", "n_points"):
+        if key in extra:
+            table.add_row(key, fmt(extra[key]), "")
+    if est.bootstrap is not None:
+        b = est.bootstrap
+        table.caption = f"bootstrap: {b.n_resamples} resamples of runs, {b.n_failed} failed"
+    elif est.bootstrap_error:
+        table.caption = f"bootstrap failed: {est.bootstrap_error}"
+    return table
+
+
+def flagged_table(fit: Approach2Fit) -> Table | None:
+    if not fit.flagged:
+        return None
+    table = Table(title="Approach 2: budgets left out (no interior minimum)",
+                  title_justify="left")
+    table.add_column("budget")
+    table.add_column("runs")
+    table.add_column("reason")
+    for m in fit.flagged:
+        table.add_row(f"{m.budget:.3g}", str(m.n_runs), m.reason)
+    return table
+
+
+def comparison_table(result: Analysis) -> Table:
+    table = Table(title="Documented results vs ours", title_justify="left")
+    for col in ("source", "quantity", "approach", "documented", "ours", "95% interval",
+                "inside?"):
+        table.add_column(col)
+    missing = 0
+    for row in result.comparison:
+        if row.estimate is None:
+            missing += 1
+            continue
+        table.add_row(row.source, row.quantity, row.approach, fmt(row.documented),
+                      fmt(row.estimate), fmt_interval(row.ci95), fmt(row.inside))
+    if missing:
+        table.caption = f"{missing} documented value(s) not compared: their fit was skipped"
+    return table
+
+
+def extrapolation_table(checks: Mapping[str, object]) -> Table:
+    table = Table(title="Extrapolation: refit without the largest compute", title_justify="left")
+    for col in ("approach", "held out", "N_opt predicted", "N_opt reference", "N_opt error",
+                "loss error (mean / max)"):
+        table.add_column(col)
+    for name, chk in checks.items():
+        if isinstance(chk, Skipped):
+            table.add_row(name, f"skipped: {chk.reason}", "", "", "", "")
+            continue
+        loss = ("—" if chk.loss_mean_abs_rel_error is None else
+                f"{chk.loss_mean_abs_rel_error:.2%} / {chk.loss_max_abs_rel_error:.2%}")
+        table.add_row(name, chk.held_out, fmt(chk.n_opt_predicted),
+                      f"{chk.n_opt_reference:.4g} ({chk.n_opt_reference_kind})",
+                      f"{chk.n_opt_rel_error:+.1%}", loss)
+    return table
+
+
+def render(result: Analysis, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(f"[bold]{result.source}[/bold]: {result.n_runs} runs"
+                  f" ({len(result.excluded)} excluded); N = {result.conventions['N']}, "
+                  f"C = {result.conventions['C']}; Kaplan: {result.conventions['kaplan']}; "
+                  f"allocation at C = {result.reference_flops:.3g}")
+    for name, est in result.approaches().items():
+        if isinstance(est, Skipped):
+            if est.reason != "not requested":
+                console.print(f"{TITLES[name]}: skipped: {est.reason}")
+            continue
+        console.print(estimate_table(name, est))
+        if isinstance(est.fit, Approach2Fit) and (flagged := flagged_table(est.fit)):
+            console.print(flagged)
+        skipped_parts = getattr(est.fit, "skipped", {})
+        for part, reason in skipped_parts.items():
+            console.print(f"  Kaplan {part}: skipped: {reason}")
+    console.print(comparison_table(result))
+    if result.extrapolation:
+        console.print(extrapolation_table(result.extrapolation))

@@ -1,0 +1,131 @@
+"""The tidy table every fit reads: one row per finished run.
+
+Why one table: the MLflow loader and the CSV loader produce the same columns, so the fits,
+the bootstrap and the report never care where the runs came from.
+
+Columns of ``RunsTable.frame``
+------------------------------
+run_id     str    stable id (the MLflow ``run_id`` tag, or ``row<k>`` for a CSV row)
+N          float  parameters, Chinchilla's convention (all parameters; Hoffmann et al. 2022)
+D          float  training tokens actually consumed
+C          float  training FLOPs under ``RunsTable.c_convention`` (default 6·N·D)
+loss       float  final validation loss, nats/token
+budget     float  planned IsoFLOP budget of the run (NaN when the run is not an IsoFLOP cell)
+N_kaplan   float  non-embedding parameters (Kaplan et al. 2020); NaN when unknown
+C_kaplan   float  6·N_kaplan·D (Kaplan's C); NaN when unknown
+family     str    model family ("" when unknown, e.g. published data)
+Extra columns (``flops_<convention>``, ``n_layer``, ``vocab_size``, ``seq_len``...) may follow.
+
+Training curves travel separately as a DataFrame with columns run_id, step, tokens, loss;
+the FLOPs of a curve point are tokens × (C / D) of its run (the contract of pipeline.tracking).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import DataError
+
+REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "family")
+POSITIVE = ("N", "D", "C", "loss")
+CURVE_COLUMNS = ("run_id", "step", "tokens", "loss")
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A run left out of the analysis, and why (printed by the loader, kept for the report)."""
+
+    run: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunsTable:
+    """Finished runs, validated: every N, D, C and loss is finite and positive."""
+
+    frame: pd.DataFrame
+    source: str
+    """Where the runs came from, e.g. ``mlflow sweep 'quick'`` or a CSV path."""
+    n_convention: str = "params_total"
+    c_convention: str = "6nd"
+    excluded: tuple[Excluded, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        missing = [c for c in REQUIRED if c not in self.frame.columns]
+        if missing:
+            raise DataError(f"{self.source}: runs table lacks column(s) {', '.join(missing)}")
+        for col in POSITIVE:
+            values = self.frame[col].to_numpy(dtype=float)
+            bad = ~(np.isfinite(values) & (values > 0))
+            if bad.any():
+                names = ", ".join(map(str, self.frame["run_id"][bad].head(5)))
+                raise DataError(
+                    f"{self.source}: column {col!r} must be finite and > 0; "
+                    f"{int(bad.sum())} run(s) are not ({names})"
+                )
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def column(self, name: str) -> np.ndarray:
+        """A numeric column as a float array (NaN where unknown)."""
+        return self.frame[name].to_numpy(dtype=float)
+
+    @property
+    def has_kaplan_conventions(self) -> bool:
+        """True when every run knows its non-embedding N (MLflow runs; not published CSVs)."""
+        n = self.column("N_kaplan")
+        c = self.column("C_kaplan")
+        return bool(np.all(np.isfinite(n) & (n > 0) & np.isfinite(c) & (c > 0)))
+
+    def kaplan_n_c(self) -> tuple[np.ndarray, np.ndarray, str]:
+        """(N, C, label) in Kaplan's conventions, or the table's own N, C when unknown."""
+        if self.has_kaplan_conventions:
+            return self.column("N_kaplan"), self.column("C_kaplan"), "non-embedding N, 6·N·D"
+        return self.column("N"), self.column("C"), f"{self.n_convention}, {self.c_convention}"
+
+    def family(self) -> str | None:
+        """The most common model family of the runs, or None for published data."""
+        fams = self.frame["family"].astype(str)
+        fams = fams[fams != ""]
+        return None if fams.empty else str(fams.value_counts().index[0])
+
+
+def runs_from_arrays(
+    n: object, d: object, loss: object, *, c: object | None = None,
+    budget: object | None = None, run_ids: object | None = None, n_kaplan: object | None = None,
+    source: str = "arrays",
+    n_convention: str = "params_total", c_convention: str = "6nd",
+) -> RunsTable:
+    """A RunsTable from plain arrays (published data, synthetic data, tests).
+
+    C defaults to 6·N·D; budget to NaN (no IsoFLOP cells); Kaplan's N to unknown (NaN), and
+    Kaplan's C is 6·N_kaplan·D when it is given.
+    """
+    n_arr = np.asarray(n, dtype=float).ravel()
+    d_arr = np.asarray(d, dtype=float).ravel()
+    size = n_arr.size
+    nk = np.full(size, np.nan) if n_kaplan is None else np.asarray(n_kaplan, dtype=float).ravel()
+    frame = pd.DataFrame({
+        "run_id": ([f"row{i}" for i in range(size)] if run_ids is None
+                   else [str(r) for r in np.asarray(run_ids).ravel()]),
+        "N": n_arr,
+        "D": d_arr,
+        "C": 6.0 * n_arr * d_arr if c is None else np.asarray(c, dtype=float).ravel(),
+        "loss": np.asarray(loss, dtype=float).ravel(),
+        "budget": np.full(size, np.nan) if budget is None
+        else np.asarray(budget, dtype=float).ravel(),
+        "N_kaplan": nk,
+        "C_kaplan": 6.0 * nk * d_arr,
+        "family": [""] * size,
+    })
+    return RunsTable(frame, source=source, n_convention=n_convention, c_convention=c_convention)
+
+
+def empty_curves() -> pd.DataFrame:
+    """A curves frame with no rows (the schema without data)."""
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "run_id" else float)
+                         for c in CURVE_COLUMNS})

@@ -1,0 +1,103 @@
+"""The JSON form of an Analysis: one schema for `python -m analysis.fit --json` and reports.
+
+Documented field by field in docs/analysis.md. Numbers that are not finite become null, so
+the output is strict JSON. Every approach has ``status`` "ok" or "skipped" (with ``reason``);
+an ok approach has its point estimates at top level and ``ci95`` = {name: [low, high]}.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analysis.approach1 import Approach1Fit
+from analysis.approach2 import Approach2Fit
+from analysis.approach3 import Approach3Fit
+from analysis.kaplan import KaplanFit
+
+if TYPE_CHECKING:
+    from analysis.analyze import Analysis, Estimate, Skipped
+
+SCHEMA = "scaling-analysis/1"
+
+
+def clean(value: Any) -> Any:
+    """numpy scalars -> Python; NaN/inf -> None; recurse into dicts, lists and tuples."""
+    if isinstance(value, Mapping):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def _fit_fields(fit: object) -> dict[str, Any]:
+    """The parameters of a fit beyond its point statistics (coefficients, diagnostics)."""
+    if isinstance(fit, Approach3Fit):
+        return {"objective": fit.objective, "converged": fit.converged,
+                "n_points": fit.n_points, "n_starts": fit.n_starts,
+                "n_optimized": fit.n_optimized, "huber_delta": fit.delta}
+    if isinstance(fit, (Approach1Fit, Approach2Fit)):
+        out: dict[str, Any] = {
+            "n_opt_coefficient": fit.n_law.coefficient, "d_opt_coefficient": fit.d_law.coefficient,
+            "n_points": fit.n_law.n_points,
+        }
+        if isinstance(fit, Approach2Fit):
+            out["budgets"] = [dict(m.__dict__) for m in fit.budgets]
+        return out
+    if isinstance(fit, KaplanFit):
+        out = {"conventions": fit.conventions, "skipped_parts": dict(fit.skipped)}
+        for key, law in (("N_c", fit.l_of_n), ("D_c", fit.l_of_d), ("C_c", fit.l_of_c)):
+            if law is not None:
+                out[key] = law.x_c
+        if fit.n_opt is not None:
+            out["n_opt_coefficient"] = fit.n_opt.coefficient
+        if fit.joint is not None:
+            j = fit.joint
+            out["joint"] = {"alpha_N": j.alpha_N, "alpha_D": j.alpha_D, "N_c": j.N_c,
+                            "D_c": j.D_c, "rmse_log": j.rmse_log}
+        return out
+    return {}
+
+
+def estimate_to_json(est: Estimate | Skipped) -> dict[str, Any]:
+    if not hasattr(est, "fit"):
+        return {"status": "skipped", "reason": est.reason}
+    out: dict[str, Any] = {"status": "ok", **est.point, **_fit_fields(est.fit)}
+    out["ci95"] = {name: iv.as_list() for name, iv in est.intervals.items()}
+    if est.bootstrap is not None:
+        out["bootstrap"] = {"resamples": est.bootstrap.n_resamples,
+                            "failed": est.bootstrap.n_failed,
+                            "failures": list(est.bootstrap.failures)}
+    elif est.bootstrap_error:
+        out["bootstrap"] = {"error": est.bootstrap_error}
+    return out
+
+
+def analysis_to_json(result: Analysis) -> dict[str, Any]:
+    extrapolation = {
+        name: ({"status": "skipped", "reason": chk.reason} if not hasattr(chk, "approach")
+               else {"status": "ok", **chk.to_json_dict()})
+        for name, chk in result.extrapolation.items()
+    }
+    return clean({
+        "schema": SCHEMA,
+        "source": result.source,
+        "n_runs": result.n_runs,
+        "excluded": [{"run": e.run, "reason": e.reason} for e in result.excluded],
+        "conventions": dict(result.conventions),
+        "reference_flops": result.reference_flops,
+        "bootstrap": {"resamples": result.n_resamples, "seed": result.seed},
+        "approaches": {name: estimate_to_json(est)
+                       for name, est in result.approaches().items()},
+        "comparison": [row.to_json_dict() for row in result.comparison],
+        "extrapolation": extrapolation,
+    })

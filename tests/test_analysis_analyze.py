@@ -1,0 +1,126 @@
+"""analyze(): every approach's typed result or the reason it was skipped, the comparison
+with documented values, the extrapolation check, and one JSON schema."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis.analyze import Estimate, Skipped, analyze
+from analysis.approach3 import DEFAULT_GRID, _prepare, _Refit, fit_approach3, screen_starts
+from analysis.bootstrap import Interval, run_bootstrap
+from analysis.documented import DOCUMENTED, compare
+from analysis.synthetic import ChinchillaLaw, isoflop_runs
+
+LAW = ChinchillaLaw()
+BUDGETS = np.logspace(17, 20, 7)
+
+
+@pytest.fixture(scope="module")
+def result():
+    runs = isoflop_runs(LAW, BUDGETS, noise=0.005, seed=11)
+    return analyze(runs, None, bootstrap=40, seed=3)
+
+
+def test_every_approach_is_fitted_or_skipped_with_a_reason(result):
+    assert isinstance(result.approach1, Skipped)
+    assert result.approach1.reason == "no training curves"
+    for est in (result.kaplan, result.approach2, result.approach3):
+        assert isinstance(est, Estimate) and est.bootstrap.n_resamples == 40
+    assert result.approach3.fit.a == pytest.approx(LAW.a, abs=0.02)
+    assert result.reference_flops == pytest.approx(BUDGETS[-1])
+    ci = result.approach3.ci95("tokens_per_param")
+    assert ci.low <= result.approach3.point["tokens_per_param"] <= ci.high
+
+
+def test_comparison_has_a_row_per_documented_value(result):
+    rows = result.comparison
+    assert len(rows) == len(DOCUMENTED)
+    skipped = [r for r in rows if r.approach == "1"]
+    assert all(r.estimate is None and "no training curves" in r.note for r in skipped)
+    hoffmann_alpha = next(r for r in rows if r.quantity == "alpha" and r.approach == "3")
+    assert hoffmann_alpha.documented == 0.34 and hoffmann_alpha.inside is True  # the true law
+    for row in rows:
+        if row.ci95 is not None:
+            assert row.inside == row.ci95.contains(row.documented)
+
+
+def test_extrapolation_predicts_the_held_out_budget(result):
+    three, two = result.extrapolation["3"], result.extrapolation["2"]
+    assert three.held_out.startswith("the largest budget C = 1e+20 (9 runs)")
+    assert (three.n_train, three.n_held_out) == (54, 9)
+    assert three.n_opt_reference_kind == "IsoFLOP parabola minimum of the held-out budget"
+    assert three.loss_mean_abs_rel_error < 0.01  # noise is 0.5%
+    assert abs(three.n_opt_rel_error) < 0.25
+    assert abs(two.n_opt_rel_error) < 0.25 and two.loss_mean_abs_rel_error is None
+
+
+def test_json_is_strict_and_has_the_documented_shape(result):
+    out = json.loads(json.dumps(result.to_json_dict(), allow_nan=False))
+    assert set(out) == {"schema", "source", "n_runs", "excluded", "conventions",
+                        "reference_flops", "bootstrap", "approaches", "comparison",
+                        "extrapolation"}
+    assert out["approaches"]["1"] == {"status": "skipped", "reason": "no training curves"}
+    two = out["approaches"]["2"]
+    assert two["status"] == "ok" and len(two["budgets"]) == 7
+    assert two["ci95"]["a"][0] <= two["a"] <= two["ci95"]["a"][1]
+    assert out["extrapolation"]["3"]["status"] == "ok"
+
+
+def test_a_single_budget_skips_approaches_2_and_3_with_the_reason():
+    result = analyze(isoflop_runs(LAW, [1e18], seed=0), bootstrap=0, approaches=("2", "3"))
+    assert "single compute budget" in result.approach2.reason
+    assert "collinear" in result.approach3.reason
+    assert result.kaplan.reason == "not requested"
+    assert result.extrapolation["3"].reason == "approach 3 was not fitted"
+
+
+def test_unknown_approach_is_refused():
+    with pytest.raises(ValueError, match="unknown approach"):
+        analyze(isoflop_runs(LAW, BUDGETS, seed=0), approaches=("4",))
+
+
+def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes():
+    runs = isoflop_runs(LAW, BUDGETS[:4], sizes_per_budget=5, seed=2)
+    n, d, loss = runs.column("N"), runs.column("D"), runs.column("loss")
+    fit = fit_approach3(n, d, loss)
+    starts = np.vstack([fit.theta, screen_starts(_prepare(n, d, loss), DEFAULT_GRID, 3)])
+    refit = _Refit(n, d, loss, starts, fit.delta, 1e20)
+    one = run_bootstrap(len(n), refit, n_resamples=12, seed=5)
+    again = run_bootstrap(len(n), refit, n_resamples=12, seed=5)
+    other = run_bootstrap(len(n), refit, n_resamples=12, seed=6)
+    two_jobs = run_bootstrap(len(n), refit, n_resamples=12, seed=5, n_jobs=2)
+    np.testing.assert_array_equal(one.samples["alpha"], again.samples["alpha"])
+    np.testing.assert_array_equal(one.samples["alpha"], two_jobs.samples["alpha"])
+    assert not np.array_equal(one.samples["alpha"], other.samples["alpha"])
+
+
+def test_compare_marks_inside_outside_and_missing():
+    estimates = {
+        "kaplan": ({"alpha_N": 0.08}, {"alpha_N": Interval(0.07, 0.09)}),
+        "1": "no training curves",
+        "2": ({"a": 0.6}, {"a": Interval(0.55, 0.65)}),
+        "3": ({"a": 0.5}, {}),
+    }
+    rows = {(r.source, r.quantity, r.approach): r for r in compare(estimates)}
+    assert rows[("Kaplan 2020", "alpha_N", "kaplan")].inside is True
+    assert rows[("Hoffmann 2022", "a", "2")].inside is False
+    no_ci = rows[("Hoffmann 2022", "a", "3")]
+    assert no_ci.estimate == 0.5 and no_ci.ci95 is None and no_ci.inside is None
+    assert rows[("Kaplan 2020", "alpha_D", "kaplan")].estimate is None
+    assert "skipped: no training curves" in rows[("Hoffmann 2022", "a", "1")].note
+
+
+def test_analysis_never_imports_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, analysis.fits, analysis.load, analysis.fit, analysis.predict, "
+            "analysis.render\n"
+            "from analysis.shapes import nearest_shape\n"
+            "assert not isinstance(nearest_shape(1e6, 1e15, None), str)\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

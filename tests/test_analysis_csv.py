@@ -1,0 +1,132 @@
+"""CSV input: loading published data (column mapping, derived D or C, budgets) and its
+errors, and the fit/predict commands on the Epoch Chinchilla data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.errors import DataError
+from analysis.load import load_csv
+
+EPOCH = Path(__file__).parent / "data" / "chinchilla_epoch_fig4.csv"
+EPOCH_ARGS = ["--csv", str(EPOCH), "--n-col", "Model Size", "--c-col", "Training FLOP",
+              "--loss-col", "loss", "--drop-highest-loss", "5"]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text(text)
+    return path
+
+
+def test_csv_derives_d_from_c_and_finds_repeated_budgets(tmp_path):
+    rows = ["N,C,loss"] + [f"{n},{c},{3 - i * 0.1}" for i, (n, c) in enumerate(
+        [(1e6, 1e18), (2e6, 1e18), (4e6, 1e18), (1e6, 3e18), (2e7, 5e18)])]
+    runs = load_csv(_write(tmp_path, "\n".join(rows)), log=lambda _: None)
+    np.testing.assert_allclose(runs.column("D"), runs.column("C") / (6 * runs.column("N")))
+    budget = runs.column("budget")
+    assert np.all(budget[:3] == 1e18) and np.isnan(budget[3:]).all()
+    assert "D = C/(6N)" in runs.source
+
+
+def test_csv_derives_c_from_n_and_d_with_explicit_columns(tmp_path):
+    path = _write(tmp_path, "params,toks,L\n1e6,2e7,3.0\n2e6,2e7,2.9\n4e6,8e7,2.7\n")
+    runs = load_csv(path, n_col="params", d_col="toks", loss_col="L", log=lambda _: None)
+    np.testing.assert_allclose(runs.column("C"), 6 * runs.column("N") * runs.column("D"))
+    assert runs.c_convention == "6nd (6·N·D)"
+
+
+def test_csv_drop_highest_loss(tmp_path):
+    path = _write(tmp_path, "N,D,loss\n1e6,1e7,9.0\n2e6,1e7,3.0\n4e6,1e7,2.5\n8e6,1e8,8.0\n")
+    messages: list[str] = []
+    runs = load_csv(path, drop_highest_loss=2, log=messages.append)
+    assert sorted(runs.column("loss")) == [2.5, 3.0]
+    assert "dropped the 2 highest-loss rows" in messages[0]
+
+
+@pytest.mark.parametrize(("text", "kwargs", "pattern"), [
+    ("N,D,loss\n1e6,1e7,3\n2e6,2e7,2.9\n", {"n_col": "params"},
+     r"runs\.csv: no column 'params' \(--n-col\); the columns are 'N', 'D', 'loss'"),
+    ("size,D,loss\n1e6,1e7,3\n", {},
+     r"runs\.csv: no N \(parameters\) column: none of N, params.*\(give --n-col\)"),
+    ("N,loss\n1e6,3\n2e6,2.9\n", {}, r"runs\.csv: needs a D \(tokens\) or a C \(FLOPs\) column"),
+    ("N,D,loss\n1e6,1e7,3\n2e6,2e7,\n4e6,1e8,2.5\n", {},
+     r"runs\.csv: column 'loss' has 1 missing or non-numeric value\(s\) \(lines 3\)"),
+    ("N,D,loss\n1e6,1e7,3\n-2e6,2e7,2.9\n", {},
+     r"runs\.csv: column 'N' has 1 value\(s\) <= 0 \(lines 3\)"),
+    ("N,C,loss\n1e6,1e18,3\n2e6,1e18,2.9\n4e6,1e18,2.8\n", {},
+     r"runs\.csv: column 'C' has a single compute budget"),
+    ("N,D,loss\n1e6,1e7,3\n", {"drop_highest_loss": 1}, r"cannot drop 1 of 1 rows"),
+])
+def test_csv_errors_name_the_file_and_column(tmp_path, text, kwargs, pattern):
+    with pytest.raises(DataError, match=pattern):
+        load_csv(_write(tmp_path, text), log=lambda _: None, **kwargs)
+
+
+def test_missing_csv_file_is_a_data_error(tmp_path):
+    with pytest.raises(DataError, match="nope.csv: cannot read"):
+        load_csv(tmp_path / "nope.csv")
+
+
+def test_fit_json_on_the_epoch_data(capsys):
+    from analysis.fit import main
+
+    assert main([*EPOCH_ARGS, "--approach", "3", "--bootstrap", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_runs"] == 240 and out["bootstrap"] == {"resamples": 20, "seed": 0}
+    three = out["approaches"]["3"]
+    assert three["status"] == "ok"
+    assert three["alpha"] == pytest.approx(0.3478, rel=0.01)
+    assert set(three["ci95"]) >= {"E", "A", "B", "alpha", "beta", "a", "b", "tokens_per_param"}
+    assert all(len(pair) == 2 for pair in three["ci95"].values())
+    for name in ("kaplan", "1", "2"):
+        assert out["approaches"][name] == {"status": "skipped", "reason": "not requested"}
+    besiroglu = [r for r in out["comparison"] if r["source"] == "Besiroglu 2024"]
+    assert besiroglu[0]["quantity"] == "a" and besiroglu[0]["inside"] is True
+
+
+def test_fit_tables_on_the_epoch_data(capsys):
+    from analysis.fit import main
+
+    assert main([*EPOCH_ARGS, "--bootstrap", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "Chinchilla Approach 3" in text and "Documented results vs ours" in text
+    assert "Approach 1 (envelope): skipped: no training curves" in text
+    assert "0.3473" in text  # alpha
+
+
+def test_predict_on_published_data_uses_a_default_gpt_shape(capsys):
+    from analysis.predict import main
+    from pipeline.config import parse_sweep
+
+    assert main([*EPOCH_ARGS, "--flops", "1e15", "--bootstrap", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens_per_param"] == pytest.approx(out["d_opt"] / out["n_opt"])
+    shape = out["shape"]
+    assert (shape["family"], shape["vocab_size"], shape["seq_len"]) == ("gpt", 256, 256)
+    assert 0.5 < shape["params_total"] / out["n_opt"] < 2.0
+    assert parse_sweep(out["snippet"], "snippet.yaml").runs[0].n_layer == shape["n_layer"]
+
+
+def test_predict_beyond_the_family_says_why_there_is_no_shape(capsys):
+    from analysis.predict import main
+
+    assert main([*EPOCH_ARGS, "--flops", "5.76e23", "--bootstrap", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["shape"] is None and "above the largest gpt shape" in out["shape_note"]
+    assert np.log10(out["n_opt"]) == pytest.approx(np.log10(7e10), abs=0.3)  # Chinchilla 70B
+
+
+def test_bad_csv_is_one_error_line_and_status_2(tmp_path, capsys):
+    from analysis.cli import run_main
+    from analysis.fit import main
+
+    path = _write(tmp_path, "N,D,loss\n1e6,1e7,3\n2e6,nan,2.9\n")
+    assert run_main(main, ["--csv", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "runs.csv: column 'D'" in err
+    assert DataError.__mro__[1].__name__ == "AnalysisError"

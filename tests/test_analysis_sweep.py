@@ -1,0 +1,190 @@
+"""Loading runs: a synthetic MLflow sweep (written here the way pipeline.tracking writes
+one) and CSV files of published data, including every kind of malformed input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis.errors import DataError
+from analysis.load import load_sweep
+from analysis.synthetic import ChinchillaLaw
+from pipeline import keys
+
+# A = B and alpha = beta: N_opt = sqrt(C/6), inside SIZES at every budget.
+LAW = ChinchillaLaw(E=1.5, A=300.0, B=300.0, alpha=0.3, beta=0.3)
+BUDGETS = (1e12, 4e12, 1.6e13)
+SIZES = (1e5, 2e5, 4e5, 8e5, 1.6e6, 3.2e6)  # params_total; non-embedding is 80% of it
+
+
+def _log_run(client, experiment_id, parent_id, *, run_id, n, budget, status="finished",
+             mlflow_status="FINISHED", tags=None, artifact=True, loss_scale=1.0):
+    """One child run as pipeline.tracking writes it: tags, params, summary, curve."""
+    from mlflow.entities import Metric, Param
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    d = budget / (6 * n)
+    run = client.create_run(experiment_id, run_name=f"gpt-{run_id}", tags={
+        keys.TAG_KIND: "trial", keys.TAG_SWEEP: "demo", keys.TAG_RUN_ID: run_id,
+        keys.TAG_FAMILY: "gpt", keys.TAG_BUDGET: f"{budget:.6g}", keys.TAG_STATUS: status,
+        MLFLOW_PARENT_RUN_ID: parent_id, **(tags or {}),
+    })
+    rid = run.info.run_id
+    tokens = np.linspace(d / 8, d, 8)
+    loss = LAW.loss(np.full(8, n), tokens) * loss_scale
+    history = [Metric(keys.VAL_LOSS, float(v), 0, s) for s, v in enumerate(loss, 1)]
+    history += [Metric(keys.TOKENS, float(t), 0, s) for s, t in enumerate(tokens, 1)]
+    summary = {keys.FINAL_VAL_LOSS: loss[-1], keys.FINAL_TOKENS: d, keys.PARAMS_TOTAL: n,
+               keys.PARAMS_NON_EMBEDDING: 0.8 * n, keys.flops_key("6nd"): 6 * n * d,
+               keys.flops_key("6nd_non_embedding"): 6 * 0.8 * n * d,
+               keys.flops_key("exact"): 7 * n * d}
+    client.log_batch(rid, metrics=history + [Metric(k, float(v), 0, 0)
+                                             for k, v in summary.items()],
+                     params=[Param("model.n_layer", "2"), Param("model.d_model", "32"),
+                             Param("model.n_heads", "4"), Param("model.vocab_size", "256"),
+                             Param("model.seq_len", "64")])
+    if artifact:
+        client.log_dict(rid, {"step": list(range(1, 9)), "tokens": tokens.tolist(),
+                              "val_loss": loss.tolist()}, keys.CURVE_ARTIFACT)
+    client.set_terminated(rid, status=mlflow_status)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    from mlflow import MlflowClient
+
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("demo", artifact_location=(root / "artifacts").as_uri())
+    parent = client.create_run(exp, tags={keys.TAG_KIND: "sweep", keys.TAG_SWEEP: "demo"})
+    for b, budget in enumerate(BUDGETS):
+        for s, n in enumerate(SIZES):
+            # One run without the curve artifact: the loader falls back to metric history.
+            _log_run(client, exp, parent.info.run_id, run_id=f"b{b}s{s}", n=n, budget=budget,
+                     artifact=(b, s) != (0, 0))
+    _log_run(client, exp, parent.info.run_id, run_id="div", n=2e5, budget=BUDGETS[0],
+             status="diverged", tags={keys.TAG_DIVERGED_STEP: "120"})
+    _log_run(client, exp, parent.info.run_id, run_id="oom", n=2e5, budget=BUDGETS[1],
+             status="failed", mlflow_status="FAILED", tags={keys.TAG_ERROR: "out of memory"})
+    _log_run(client, exp, parent.info.run_id, run_id="live", n=2e5, budget=BUDGETS[2],
+             status="finished", mlflow_status="RUNNING")
+    return uri
+
+
+@pytest.fixture(scope="module")
+def sweep(store):
+    messages: list[str] = []
+    data = load_sweep("demo", tracking_uri=store, log=messages.append)
+    return data, messages
+
+
+def test_finished_runs_are_loaded_and_others_excluded_by_name(sweep):
+    data, messages = sweep
+    assert len(data.runs) == len(BUDGETS) * len(SIZES)
+    reasons = {e.run: e.reason for e in data.runs.excluded}
+    assert reasons == {
+        "gpt-div": "diverged at step 120",
+        "gpt-oom": "failed: out of memory",
+        "gpt-live": "MLflow status RUNNING (unfinished)",
+    }
+    summary = messages[0]
+    assert "18 finished runs; excluded 3" in summary
+    for name in ("gpt-div", "gpt-oom", "gpt-live"):
+        assert name in summary
+
+
+def test_run_columns_follow_the_contract(sweep):
+    frame = sweep[0].runs.frame.set_index("run_id")
+    row = frame.loc["b1s2"]
+    n, budget = SIZES[2], BUDGETS[1]
+    assert row["N"] == n and row["N_kaplan"] == pytest.approx(0.8 * n)
+    assert row["D"] == pytest.approx(budget / (6 * n))
+    assert row["C"] == pytest.approx(budget)  # the 6nd convention by default
+    assert row["C_kaplan"] == pytest.approx(0.8 * budget)
+    assert row["flops_exact"] == pytest.approx(7 / 6 * budget)
+    assert row["budget"] == budget and row["family"] == "gpt"
+    assert (row["n_layer"], row["vocab_size"], row["seq_len"]) == (2, 256, 64)
+    assert sweep[0].runs.has_kaplan_conventions
+
+
+def test_flops_convention_picks_the_metric(store):
+    data = load_sweep("demo", tracking_uri=store, flops_convention="exact",
+                      with_curves=False, log=lambda _: None)
+    frame = data.runs.frame
+    np.testing.assert_allclose(frame["C"], 7 * frame["N"] * frame["D"])
+    assert data.curves is None and data.runs.c_convention == "exact"
+
+
+def test_curves_come_from_the_artifact_or_the_metric_history(sweep):
+    curves = sweep[0].curves
+    assert set(curves["run_id"]) == set(sweep[0].runs.frame["run_id"])
+    from_history = curves[curves["run_id"] == "b0s0"].sort_values("step")
+    from_artifact = curves[curves["run_id"] == "b0s1"].sort_values("step")
+    assert len(from_history) == len(from_artifact) == 8
+    d = BUDGETS[0] / (6 * SIZES[0])
+    np.testing.assert_allclose(from_history["tokens"], np.linspace(d / 8, d, 8))
+    np.testing.assert_allclose(from_history["loss"].iloc[-1],
+                               LAW.loss(np.array(SIZES[0]), np.array(d)))
+
+
+def test_unknown_sweep_names_the_store(store):
+    with pytest.raises(DataError, match="no sweep \\(experiment\\) named 'nope'"):
+        load_sweep("nope", tracking_uri=store, log=lambda _: None)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def test_fit_command_prints_the_json_schema(store, capsys):
+    from analysis.fit import main
+
+    assert main(["--sweep", "demo", "--tracking-uri", store, "--json", "--bootstrap", "20"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schema"] == "scaling-analysis/1" and out["n_runs"] == 18
+    assert {e["run"] for e in out["excluded"]} == {"gpt-div", "gpt-oom", "gpt-live"}
+    approaches = out["approaches"]
+    assert {k: v["status"] for k, v in approaches.items()} == {
+        "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok"}
+    three = approaches["3"]
+    for name in ("E", "A", "B", "alpha", "beta", "a", "b"):
+        assert isinstance(three[name], float)
+        low, high = three["ci95"][name]
+        assert low <= high
+    assert approaches["2"]["a"] == pytest.approx(0.5, abs=0.05)  # alpha = beta
+    assert len(approaches["2"]["budgets"]) == 3
+    assert {row["source"] for row in out["comparison"]} >= {"Kaplan 2020", "Hoffmann 2022"}
+    assert out["extrapolation"]["3"]["status"] == "ok"
+    assert out["extrapolation"]["3"]["loss_mean_abs_rel_error"] < 1e-3  # noise-free runs
+    # Without the largest of 3 budgets, Approach 2 has too few left: skipped, with why.
+    assert "need at least 3" in out["extrapolation"]["2"]["reason"]
+
+
+def test_predict_prints_a_sweep_file_that_the_pipeline_accepts(store, capsys):
+    from analysis.predict import main
+    from pipeline.config import parse_sweep
+
+    assert main(["--sweep", "demo", "--tracking-uri", store, "--flops", "1e14",
+                 "--bootstrap", "20", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_opt"] == pytest.approx(np.sqrt(1e14 / 6), rel=0.3)  # the law's optimum
+    low, high = out["ci95"]["loss_opt"]  # noise-free runs: a (nearly) zero-width interval
+    assert low - 1e-9 <= out["loss_opt"] <= high + 1e-9
+    shape = out["shape"]
+    assert (shape["family"], shape["vocab_size"], shape["seq_len"], shape["head_dim"]) == (
+        "gpt", 256, 64, 8)  # from the runs' params: d_model 32 / n_heads 4
+    assert shape["tokens"] == pytest.approx(1e14 / (6 * shape["params_total"]))
+    config = parse_sweep(out["snippet"], "snippet.yaml")
+    assert config.kind == "runs" and config.family == "gpt"
+    assert (config.runs[0].n_layer, config.runs[0].d_model) == (shape["n_layer"],
+                                                                 shape["d_model"])
+
+
+def test_fit_command_reports_an_unknown_sweep_in_one_line(store, capsys):
+    from analysis.cli import run_main
+    from analysis.fit import main
+
+    assert run_main(main, ["--sweep", "nope", "--tracking-uri", store]) == 2
+    assert capsys.readouterr().err.startswith("error: MLflow store")

@@ -270,6 +270,8 @@ class TrainSection(Strict):
     """Sequences per optimizer step."""
     lr: Annotated[float, Field(gt=0, le=1.0)] = 3e-3
     """Peak learning rate at the reference width."""
+    lrs: Annotated[list[Annotated[float, Field(gt=0, le=1.0)]], Field(min_length=1)] | None = None
+    """A tuning sweep: one run per peak LR per cell (replaces `lr`)."""
     lr_width_exponent: Annotated[float, Field(ge=0, le=2)] = 0.0
     """Scale the peak LR with width: lr * (lr_reference_d_model / d_model) ** exponent."""
     lr_reference_d_model: PosInt = 64
@@ -301,7 +303,9 @@ class TrainSection(Strict):
 
     @model_validator(mode="after")
     def _check(self) -> TrainSection:
-        problems = _duplicates(self.seeds, "seeds")
+        problems = _duplicates(self.seeds, "seeds") + _duplicates(self.lrs or [], "lrs")
+        if self.lrs is not None and "lr" in self.model_fields_set:
+            problems.append((("lr",), "is replaced by lrs; give one of them", self.lr))
         if self.schedule != "wsd":
             problems += _unused(self, ("decay_fraction",), f"with schedule {self.schedule!r}")
         elif self.warmup_fraction + self.decay_fraction > 1:
@@ -510,6 +514,8 @@ class SweepConfig(Strict):
         else:
             factors = {"runs": len(self.runs or [])}
         factors["seeds"] = len(self.train.seeds)
+        if self.train.lrs is not None:
+            factors["learning rates"] = len(self.train.lrs)
         total = 1
         for n in factors.values():
             total *= n

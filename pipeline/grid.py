@@ -11,6 +11,7 @@ in increasing parameter count within a budget, then seeds; expanding twice gives
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,9 +143,10 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
     return [ladder[j] for j in sorted(chosen)]
 
 
-def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, seed: int) -> TrainSpec:
+def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, seed: int,
+                base_lr: float) -> TrainSpec:
     t = cfg.train
-    lr = t.lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
+    lr = base_lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
     return TrainSpec(
         batch_size=t.batch_size, lr=lr, min_lr_ratio=t.min_lr_ratio,
         warmup_steps=int(t.warmup_fraction * steps), schedule=t.schedule,
@@ -205,8 +207,8 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
                                               f"{achieved:.4g} FLOPs, off the budget by more "
                                               f"than {ISOFLOP_TOLERANCE:.0%}"))
                 continue
-        for seed in cfg.train.seeds:
-            train = _train_spec(cfg, m, steps, seed)
+        for seed, base_lr in itertools.product(cfg.train.seeds, cfg.train.lrs or [cfg.train.lr]):
+            train = _train_spec(cfg, m, steps, seed, base_lr)
             # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.
             ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
             exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt)

@@ -35,6 +35,8 @@ TAG_KIND = "kind"  # "sweep" on the parent run, "trial" on child runs
 TAG_ATTEMPTS = "attempts"  # how many times this run_id was started
 TAG_DIVERGED_STEP = "diverged_at_step"
 TAG_RESUMED_FROM = "resumed_from_step"  # checkpoint step the last attempt started from
+TAG_DATA_FINGERPRINT = "data_fingerprint"  # sha256 of corpus + tokenizer + split: the tokens
+TAG_CORPUS_FINGERPRINT = "corpus_fingerprint"  # sha256 of the corpus files alone
 TAG_ERROR = "error"  # one-line reason of a failure (the traceback is an artifact)
 
 STATUS_RUNNING = "running"

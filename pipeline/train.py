@@ -173,6 +173,9 @@ def train(
             f"model vocab_size={cfg.vocab_size} does not match the tokenizer's "
             f"{data.vocab_size} ({spec.data.tokenizer})"
         )
+    # Provenance: exactly which tokens this run saw.
+    tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
+                      keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
     torch.manual_seed(t.seed)
     model = Transformer(cfg).to(device)
     optimizer = make_optimizer(model, spec, device)

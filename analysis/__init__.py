@@ -5,4 +5,5 @@ Pure numpy/scipy/pandas (never torch). Entry points:
   analysis.analyze.analyze              every fit, interval, comparison and check -> Analysis
   analysis.fits                         the individual fits and their typed results
   python -m analysis.fit / analysis.predict   the command lines (docs/analysis.md)
+  python -m analysis.report             figures + report.md/report.html (README: Reading a report)
 """

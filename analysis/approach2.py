@@ -46,6 +46,28 @@ class BudgetMinimum:
     """Second-order coefficient of loss in ln N; > 0 when the profile has a minimum."""
 
 
+@dataclass(frozen=True)
+class Parabola:
+    """loss = p0 + p1·x + p2·x² with x = ln N − centre: one budget's IsoFLOP profile."""
+
+    centre: float
+    p0: float
+    p1: float
+    p2: float
+
+    def __call__(self, n: float | np.ndarray) -> float | np.ndarray:
+        x = np.log(np.asarray(n, dtype=float)) - self.centre
+        return self.p0 + self.p1 * x + self.p2 * x * x
+
+
+def fit_parabola(n: np.ndarray, loss: np.ndarray) -> Parabola:
+    """Least-squares parabola of loss in ln N, centred on the mean ln N (for conditioning)."""
+    x = np.log(np.asarray(n, dtype=float))
+    centre = float(x.mean())
+    p0, p1, p2 = np.polynomial.polynomial.polyfit(x - centre, np.asarray(loss, dtype=float), 2)
+    return Parabola(centre, float(p0), float(p1), float(p2))
+
+
 def budget_minimum(budget: float, n: np.ndarray, d: np.ndarray, c: np.ndarray,
                    loss: np.ndarray) -> BudgetMinimum:
     """Fit loss = p0 + p1·x + p2·x² with x = ln N (centred) at one budget; locate the vertex."""
@@ -56,8 +78,8 @@ def budget_minimum(budget: float, n: np.ndarray, d: np.ndarray, c: np.ndarray,
     if n_sizes < MIN_SIZES:
         return BudgetMinimum(**base, ok=False,
                              reason=f"{n_sizes} model size(s); a parabola needs {MIN_SIZES}")
-    centre = x.mean()
-    p0, p1, p2 = np.polynomial.polynomial.polyfit(x - centre, loss, 2)
+    parabola = fit_parabola(n, loss)
+    centre, p0, p1, p2 = parabola.centre, parabola.p0, parabola.p1, parabola.p2
     if not p2 > 0:
         return BudgetMinimum(**base, ok=False, curvature=float(p2),
                              reason="the loss profile is not convex (no minimum)")

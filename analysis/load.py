@@ -39,6 +39,10 @@ LOSS_ALIASES = ("loss", "Loss", "val_loss", "final_loss")
 MIN_BUDGET_RUNS = 3
 """Runs with the same C (to 6 significant digits) form an IsoFLOP budget from this many on."""
 SHAPE_PARAMS = ("n_layer", "d_model", "n_heads", "vocab_size", "seq_len")
+DATA_PARAMS = ("corpus", "tokenizer")
+"""Params ``data.<name>`` kept as columns ``data_<name>`` (provenance for reports)."""
+FINGERPRINT_TAGS = (keys.TAG_DATA_FINGERPRINT, keys.TAG_CORPUS_FINGERPRINT)
+"""Tags kept as columns of the same name ("" for runs that predate them)."""
 
 
 def _stderr(message: str) -> None:
@@ -107,6 +111,10 @@ def _row(run: object, flops_key: str) -> dict:
             row["flops_" + key.removeprefix(keys.FLOPS_PREFIX)] = _float(value)
     for name in SHAPE_PARAMS:
         row[name] = _float(params.get(f"model.{name}"))
+    for name in DATA_PARAMS:
+        row[f"data_{name}"] = params.get(f"data.{name}", "")
+    for tag in FINGERPRINT_TAGS:
+        row[tag] = tags.get(tag, "")
     return row
 
 

@@ -1,0 +1,132 @@
+"""Where a report's numbers came from: code version, sweep file, data, software, machine.
+
+Every probe degrades to a word ("unknown", "not recorded") instead of failing: a report
+must not break because git is missing or the folder is not a repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+from analysis.runs import RunsTable
+
+PACKAGES = ("numpy", "scipy", "pandas", "matplotlib", "seaborn", "mlflow")
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+"""The checkout the analysis code runs from (for its git commit)."""
+
+
+@dataclass(frozen=True)
+class GitState:
+    commit: str
+    """``git rev-parse HEAD``, or "unknown" outside a repository (or without git)."""
+    dirty: bool | None
+    """Tracked files differ from the commit (None when unknown)."""
+
+    def describe(self) -> str:
+        if self.commit == "unknown":
+            return "unknown (not a git repository)"
+        return self.commit + (" + uncommitted changes" if self.dirty else "")
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_state(folder: Path) -> GitState:
+    commit = _git(["rev-parse", "HEAD"], folder)
+    if not commit:
+        return GitState("unknown", None)
+    status = _git(["status", "--porcelain", "--untracked-files=no"], folder)
+    return GitState(commit, None if status is None else bool(status))
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def machine() -> str:
+    return (f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs "
+            f"(nproc), host {platform.node()}")
+
+
+def _distinct(runs: RunsTable, column: str) -> list[str]:
+    if column not in runs.frame.columns:
+        return []
+    values = runs.frame[column].fillna("").astype(str)
+    return sorted({v for v in values if v})
+
+
+def data_lines(runs: RunsTable) -> list[str]:
+    """What the runs say about their training data (corpus, tokenizer, fingerprints)."""
+    if "data_corpus" not in runs.frame.columns:
+        return [f"data: {runs.source} (published runs; no corpus fingerprint)"]
+    lines = []
+    corpus = ", ".join(_distinct(runs, "data_corpus")) or "not recorded"
+    tokenizer = ", ".join(_distinct(runs, "data_tokenizer")) or "not recorded"
+    lines.append(f"corpus: {corpus}; tokenizer: {tokenizer}")
+    for column, what in (("corpus_fingerprint", "corpus fingerprint (sha256)"),
+                         ("data_fingerprint", "token data fingerprint (sha256)")):
+        values = _distinct(runs, column)
+        missing = int((runs.frame[column].fillna("").astype(str) == "").sum()) \
+            if column in runs.frame.columns else len(runs)
+        if not values:
+            lines.append(f"{what}: not recorded on these runs (runs logged before the "
+                         "pipeline recorded it)")
+            continue
+        text = f"{what}: {', '.join(values)}"
+        if len(values) > 1:
+            text += " (runs differ: they did not all train on the same data)"
+        if missing:
+            text += f"; not recorded on {missing} of {len(runs)} runs"
+        lines.append(text)
+    return lines
+
+
+def provenance_lines(runs: RunsTable, *, sweep_file: Path | None,
+                     now: datetime | None = None) -> list[str]:
+    """Bullet lines for the report's provenance section."""
+    code = git_state(PACKAGE_ROOT)
+    here = Path.cwd()
+    lines = [f"code: git commit {code.describe()} (repository {PACKAGE_ROOT})"]
+    if here.resolve() != PACKAGE_ROOT:
+        lines.append(f"working folder {here}: git commit {git_state(here).describe()}")
+    if sweep_file is None:
+        lines.append("sweep file: not given (`--sweep-file`)")
+    elif sweep_file.is_file():
+        lines.append(f"sweep file: {sweep_file} (sha256 {sha256_file(sweep_file)})")
+    else:
+        lines.append(f"sweep file: {sweep_file} (not found when the report was written)")
+    lines += data_lines(runs)
+    lines.append("packages: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
+    lines.append(f"machine: {machine()}")
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    lines.append(f"date: {stamp}")
+    lines.append(f"python executable: {sys.executable}")
+    return lines

@@ -1,0 +1,204 @@
+"""`python -m analysis.report`: the report of a sweep (or of published runs) in one folder.
+
+    python -m analysis.report --sweep chinchilla [--tracking-uri URI] [--sweep-file FILE]
+    python -m analysis.report --csv tests/data/chinchilla_epoch_fig4.csv --n-col "Model Size" \\
+        --c-col "Training FLOP" --loss-col loss --drop-highest-loss 5 --name besiroglu
+
+writes reports/<name>/ (or --out DIR): report.md, report.html (one self-contained file,
+figures embedded), figures/*.png, fit.json (the schema of `python -m analysis.fit --json`)
+and runs.csv (the runs the fits used). The folder is built next to the target and swapped
+in only when complete, so a failed report leaves the previous one as it was. The last line
+printed is the path of report.html. Input errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from analysis.analyze import analyze
+from analysis.cli import add_input_arguments, load_input, run_main
+from analysis.document import to_html, to_markdown
+from analysis.errors import AnalysisError
+from analysis.figures import Context, draw_all
+from analysis.provenance import provenance_lines
+from analysis.report_sections import ReportInput, build
+from analysis.samples import PROMPT, sample_jobs
+
+DEFAULT_BOOTSTRAP = 400
+"""Fewer than `analysis.fit`'s 1000: the Approach 3 bootstrap is ~95% of a report's time
+(1000 resamples of the 30-run chinchilla sweep: 39 s of CPU on one core; 400: 16 s). Pass
+--bootstrap 1000 (and --jobs) for the numbers of `analysis.fit`."""
+
+
+class ReportError(AnalysisError):
+    """The report cannot be written where it was asked to be (the message says why)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m analysis.report",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_input_arguments(p)
+    p.add_argument("--sweep-file", metavar="FILE",
+                   help="the sweep's YAML file, recorded with its sha256 in the provenance")
+    p.add_argument("--name", help="report name (default: the sweep name, or the CSV's stem)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: reports/<name>)")
+    p.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
+                   help=f"bootstrap resamples (default {DEFAULT_BOOTSTRAP}; 0: no intervals)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--jobs", type=int, default=1, metavar="J",
+                   help="processes for the Approach 3 bootstrap (default 1)")
+    p.add_argument("--prompt", default=PROMPT,
+                   help=f"prompt of the text samples (default {PROMPT!r})")
+    return p
+
+
+def regenerate_command(args: argparse.Namespace) -> str:
+    """The exact command (with the folder it runs in) that rebuilds this report."""
+    parts = ["python", "-m", "analysis.report"]
+    if args.sweep:
+        parts += ["--sweep", args.sweep]
+    else:
+        parts += ["--csv", args.csv]
+        for flag, value in (("--n-col", args.n_col), ("--d-col", args.d_col),
+                            ("--c-col", args.c_col), ("--loss-col", args.loss_col),
+                            ("--budget-col", args.budget_col)):
+            if value is not None:
+                parts += [flag, value]
+        if args.drop_highest_loss:
+            parts += ["--drop-highest-loss", str(args.drop_highest_loss)]
+    for flag, value in (("--tracking-uri", args.tracking_uri),
+                        ("--sweep-file", args.sweep_file), ("--name", args.name),
+                        ("--out", args.out)):
+        if value is not None:
+            parts += [flag, value]
+    if args.flops_convention != "6nd":
+        parts += ["--flops-convention", args.flops_convention]
+    parts += ["--bootstrap", str(args.bootstrap), "--seed", str(args.seed)]
+    if args.jobs != 1:
+        parts += ["--jobs", str(args.jobs)]
+    if args.prompt != PROMPT:
+        parts += ["--prompt", args.prompt]
+    return f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(parts)}"
+
+
+def check_target(out: Path) -> None:
+    """Refuse to replace anything that is not a previous report (or an empty folder)."""
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"{out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "report.md").exists():
+        raise ReportError(f"{out} is a folder that holds no report (no report.md); "
+                          "refusing to replace it: give an empty or new folder with --out")
+
+
+@contextmanager
+def staged_folder(target: Path) -> Iterator[Path]:
+    """A temporary folder next to ``target`` that replaces it when the block succeeds.
+
+    On any exception the temporary folder is removed and ``target`` is untouched. The swap
+    is two renames on one file system (old aside, new in), then the old folder is removed.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        yield tmp
+        tmp.chmod(0o755)
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{uuid.uuid4().hex[:8]}")
+            os.replace(target, old)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if old is not None:
+                os.replace(old, target)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def write_report(args: argparse.Namespace) -> Path:
+    """Load, fit, draw and write; returns the path of report.html."""
+    started = time.monotonic()
+    runs, curves = load_input(args)
+    name = args.name or (args.sweep if args.sweep else Path(args.csv).stem)
+    out = Path(args.out) if args.out else Path("reports") / name
+    check_target(out)
+    sweep_file = Path(args.sweep_file) if args.sweep_file else None
+    uri = args.tracking_uri
+    if args.sweep and not uri:
+        import mlflow
+
+        uri = mlflow.get_tracking_uri()  # the store load_sweep read: samples use the same
+    with ExitStack() as stack:
+        jobs = (stack.enter_context(sample_jobs(runs, tracking_uri=uri, prompt=args.prompt))
+                if args.sweep else None)
+        t0, cpu0 = time.monotonic(), time.process_time()
+        result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
+                         n_jobs=args.jobs)
+        _log(f"report: fits with {args.bootstrap} bootstrap resamples in "
+             f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
+        with staged_folder(out) as tmp:
+            t0, cpu0 = time.monotonic(), time.process_time()
+            figures = draw_all(Context(result, runs, curves), tmp / "figures")
+            _log(f"report: {sum(d.path is not None for d in figures.values())} figures in "
+                 f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
+            samples = jobs.results() if jobs is not None else None
+            sweep_text = None
+            if sweep_file is not None and sweep_file.is_file():
+                sweep_text = sweep_file.read_text(errors="replace")
+            info = ReportInput(
+                name=name, command=regenerate_command(args), runs=runs, figures=figures,
+                samples=samples, sample_prompt=args.prompt,
+                provenance=provenance_lines(runs, sweep_file=sweep_file),
+                sweep_text=sweep_text, has_curves=curves is not None and not curves.empty)
+            blocks = build(result, info)
+            (tmp / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
+            (tmp / "report.html").write_text(
+                to_html(blocks, title=f"Scaling report: {name}", folder=tmp), encoding="utf-8")
+            (tmp / "fit.json").write_text(
+                json.dumps(result.to_json_dict(), indent=2, allow_nan=False) + "\n",
+                encoding="utf-8")
+            runs.frame.to_csv(tmp / "runs.csv", index=False)
+    _log(f"report: {out} written in {time.monotonic() - started:.1f} s")
+    return (out / "report.html").resolve()
+
+
+def _main(argv: list[str] | None) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never a window
+    args = parser().parse_args(argv)
+    if args.bootstrap < 0:
+        parser().error("--bootstrap must be >= 0")
+    if args.jobs < 1:
+        parser().error("--jobs must be >= 1")
+    print(write_report(args))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; input errors print one line on stderr and return 2."""
+    return run_main(_main, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,438 @@
+"""`python -m analysis.report`: the files, a self-contained HTML, valid figures, numbers that
+agree with fit.json, text samples (and their failures), and an atomic write.
+
+A small synthetic MLflow sweep is written here the way pipeline.tracking writes one (4
+IsoFLOP budgets x 7 sizes from a known law, with curves and 1% noise, plus a diverged run);
+the published-data report uses the Epoch CSV. Sampling is replaced by tiny Python commands
+(the real one needs torch and checkpoints).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import figures, report, samples
+from analysis.synthetic import ChinchillaLaw
+from pipeline import keys
+
+LAW = ChinchillaLaw(E=1.5, A=300.0, B=300.0, alpha=0.3, beta=0.3)  # N_opt = sqrt(C/6)
+BUDGETS = (1e12, 4e12, 1.6e13, 6.4e13)
+SIZES = tuple(1e5 * 2.0**k for k in range(7))
+EPOCH_CSV = Path(__file__).parent / "data" / "chinchilla_epoch_fig4.csv"
+EPOCH_ARGS = ["--csv", str(EPOCH_CSV), "--n-col", "Model Size", "--c-col", "Training FLOP",
+              "--loss-col", "loss", "--drop-highest-loss", "5"]
+SAMPLE_TEXT = "def fake_sample():\n    return 42"
+SAMPLE_ERROR = "error: no usable checkpoint in /nowhere"
+FIGURES = {"isoflop", "frontier", "allocation", "kaplan", "approach3", "extrapolation"}
+
+
+def _log_run(client, experiment_id, parent_id, *, run_id, n, budget, noise, status="finished"):
+    from mlflow.entities import Metric, Param
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    d = budget / (6 * n)
+    run = client.create_run(experiment_id, run_name=f"gpt-{run_id}", tags={
+        keys.TAG_KIND: "trial", keys.TAG_SWEEP: "demo", keys.TAG_RUN_ID: run_id,
+        keys.TAG_FAMILY: "gpt", keys.TAG_BUDGET: f"{budget:.6g}", keys.TAG_STATUS: status,
+        keys.TAG_CORPUS_FINGERPRINT: "c0ffee" * 4, keys.TAG_DATA_FINGERPRINT: "beef" * 6,
+        MLFLOW_PARENT_RUN_ID: parent_id,
+    })
+    rid = run.info.run_id
+    tokens = np.linspace(d / 8, d, 8)
+    loss = LAW.loss(np.full(8, n), tokens) * noise
+    summary = {keys.FINAL_VAL_LOSS: loss[-1], keys.FINAL_TOKENS: d, keys.PARAMS_TOTAL: n,
+               keys.PARAMS_NON_EMBEDDING: 0.8 * n, keys.flops_key("6nd"): 6 * n * d,
+               keys.flops_key("6nd_non_embedding"): 6 * 0.8 * n * d,
+               keys.flops_key("exact"): 7 * n * d}
+    client.log_batch(rid, metrics=[Metric(k, float(v), 0, 0) for k, v in summary.items()],
+                     params=[Param("model.n_layer", "2"), Param("model.d_model", "32"),
+                             Param("model.n_heads", "4"), Param("model.vocab_size", "256"),
+                             Param("model.seq_len", "64"), Param("data.corpus", "stdlib"),
+                             Param("data.tokenizer", "bytes")])
+    client.log_dict(rid, {"step": list(range(1, 9)), "tokens": tokens.tolist(),
+                          "val_loss": loss.tolist()}, keys.CURVE_ARTIFACT)
+    client.set_terminated(rid, status="FINISHED")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    from mlflow import MlflowClient
+
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("demo", artifact_location=(root / "artifacts").as_uri())
+    parent = client.create_run(exp, tags={keys.TAG_KIND: "sweep", keys.TAG_SWEEP: "demo"})
+    rng = np.random.default_rng(0)
+    for b, budget in enumerate(BUDGETS):
+        for s, n in enumerate(SIZES):
+            _log_run(client, exp, parent.info.run_id, run_id=f"b{b}s{s}", n=n, budget=budget,
+                     noise=float(np.exp(0.01 * rng.standard_normal())))
+    _log_run(client, exp, parent.info.run_id, run_id="div", n=2e5, budget=BUDGETS[0],
+             noise=1.0, status="diverged")
+    return uri
+
+
+def _fake_sampler(run_id: str, prompt: str, tracking_uri: str | None) -> list[str]:
+    """The smallest model samples; every other run fails the way pipeline.sample does."""
+    if run_id.endswith("s0"):
+        return [sys.executable, "-c", f"print({SAMPLE_TEXT!r})"]
+    return [sys.executable, "-c", f"import sys; sys.exit({SAMPLE_ERROR!r})"]
+
+
+@pytest.fixture(scope="module")
+def sweep_report(store, tmp_path_factory) -> Path:
+    """reports/demo/ written as pipeline.sweep asks for it (plus a small bootstrap)."""
+    work = tmp_path_factory.mktemp("work")
+    sweep_file = work / "demo.yaml"
+    sweep_file.write_text("name: demo\nkind: isoflop\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(work)
+        mp.setattr(samples, "sample_command", _fake_sampler)
+        lines: list[str] = []
+        mp.setattr(report, "print", lambda *a, **k: lines.append(" ".join(map(str, a))),
+                   raising=False)
+        assert report.main(["--sweep", "demo", "--tracking-uri", store, "--sweep-file",
+                            str(sweep_file), "--bootstrap", "40"]) == 0
+    folder = work / "reports" / "demo"
+    assert lines[-1] == str((folder / "report.html").resolve())  # the last line: the path
+    return folder
+
+
+@pytest.fixture(scope="module")
+def csv_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("csv") / "besiroglu"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "print", lambda *a, **k: None, raising=False)
+        assert report.main([*EPOCH_ARGS, "--name", "besiroglu", "--out", str(out),
+                            "--bootstrap", "30"]) == 0
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+@pytest.mark.parametrize("which", ["sweep", "csv"])
+def test_every_file_is_written(which, sweep_report, csv_report):
+    folder = sweep_report if which == "sweep" else csv_report
+    for name in ("report.md", "report.html", "fit.json", "runs.csv"):
+        assert (folder / name).stat().st_size > 0, name
+    drawn = {p.stem for p in (folder / "figures").glob("*.png")}
+    # Published data has no IsoFLOP budgets: that figure is a one-line note instead.
+    assert drawn == (FIGURES if which == "sweep" else FIGURES - {"isoflop"})
+    assert not list(folder.parent.glob(f".{folder.name}.*"))  # no staging folder left
+
+
+def test_fit_json_has_the_fit_schema_and_runs_csv_the_runs(sweep_report):
+    fit = json.loads((sweep_report / "fit.json").read_text())
+    assert fit["schema"] == "scaling-analysis/1"
+    assert fit["n_runs"] == len(BUDGETS) * len(SIZES)
+    assert fit["bootstrap"] == {"resamples": 40, "seed": 0}
+    assert [e["run"] for e in fit["excluded"]] == ["gpt-div"]
+    assert {k: v["status"] for k, v in fit["approaches"].items()} == {
+        "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok"}
+    runs = pd.read_csv(sweep_report / "runs.csv")
+    assert len(runs) == fit["n_runs"] and "div" not in set(runs["run_id"])
+    assert {"N", "D", "C", "loss", "budget", "corpus_fingerprint"} <= set(runs.columns)
+    md = (sweep_report / "report.md").read_text()
+    assert "| gpt-b0s0 | L2 d32 H4 | 100,000 |" in md  # used runs, with their shape
+    assert re.search(r"^\| gpt-div \|( — \|){6} diverged \|$", md, re.M)  # and the excluded
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+@pytest.mark.parametrize("which", ["sweep", "csv"])
+def test_html_is_self_contained(which, sweep_report, csv_report):
+    folder = sweep_report if which == "sweep" else csv_report
+    html = (folder / "report.html").read_text()
+    assert "<script" not in html.lower() and "<link" not in html.lower()
+    assert "@import" not in html and "url(" not in html
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//)""", html, re.I)
+    sources = re.findall(r"""<img[^>]*\ssrc="([^"]*)\"""", html)
+    assert len(sources) == len(list((folder / "figures").glob("*.png")))
+    for src in sources:
+        assert src.startswith("data:image/png;base64,")
+    # The embedded images are the figure files, byte for byte.
+    embedded = {hashlib.sha256(base64.b64decode(s.split(",", 1)[1])).hexdigest()
+                for s in sources}
+    files = {hashlib.sha256(p.read_bytes()).hexdigest() for p in (folder / "figures").glob("*")}
+    assert embedded == files
+
+
+def test_html_escapes_text():
+    from analysis.document import Paragraph, to_html
+
+    page = to_html([Paragraph("a <script>x</script> & `<b>` **bold**")], title="t",
+                   folder=Path("."))
+    assert "<script>x" not in page
+    assert "&lt;script&gt;" in page and "<code>&lt;b&gt;</code>" in page
+    assert "<strong>bold</strong>" in page
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@pytest.mark.parametrize("which", ["sweep", "csv"])
+def test_figures_are_valid_pngs(which, sweep_report, csv_report):
+    from matplotlib.image import imread
+
+    folder = sweep_report if which == "sweep" else csv_report
+    for png in (folder / "figures").glob("*.png"):
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", png.name
+        assert len(data) > 1024, png.name
+        pixels = imread(png)
+        assert pixels.ndim == 3 and min(pixels.shape[:2]) > 300, png.name
+        assert float(pixels[..., :3].std()) > 0.01, f"{png.name} is blank"
+
+
+# --------------------------------------------------------------------------- numbers
+
+NUM = r"(-?[0-9.]+(?:e[+-]?[0-9]+)?)"
+
+
+def _close(text: str, value: float) -> bool:
+    """A number printed with 4 significant digits equals ``value`` (to that precision)."""
+    return float(text) == pytest.approx(value, rel=6e-4, abs=1e-12)
+
+
+def test_summary_numbers_match_fit_json(sweep_report):
+    md = (sweep_report / "report.md").read_text()
+    fit = json.loads((sweep_report / "fit.json").read_text())
+    for name, kind in (("3", "parametric fit"), ("2", "IsoFLOP parabolas"),
+                       ("1", "envelope of curves")):
+        approach = fit["approaches"][name]
+        m = re.search(rf"Approach {name} \({kind}[^)]*\): a = {NUM} \[{NUM}, {NUM}\], "
+                      rf"b = {NUM} \[{NUM}, {NUM}\]", md)
+        assert m, f"no exponents of Approach {name} in the summary"
+        a, a_lo, a_hi, b, b_lo, b_hi = m.groups()
+        assert _close(a, approach["a"]) and _close(b, approach["b"])
+        assert _close(a_lo, approach["ci95"]["a"][0]) and _close(a_hi, approach["ci95"]["a"][1])
+        assert _close(b_lo, approach["ci95"]["b"][0]) and _close(b_hi, approach["ci95"]["b"][1])
+        m = re.search(rf"{NUM} \[{NUM}, {NUM}\] \(Approach {name}\)", md)
+        assert m, f"no tokens per parameter of Approach {name}"
+        assert _close(m.group(1), approach["tokens_per_param"])
+        assert _close(m.group(2), approach["ci95"]["tokens_per_param"][0])
+    m = re.search(rf"largest compute of the runs \(C = {NUM} FLOPs\)", md)
+    assert m and _close(m.group(1), fit["reference_flops"])
+    assert "consistent with Chinchilla" in md  # the law has a = 0.5
+
+
+def test_tables_match_fit_json(sweep_report):
+    md = (sweep_report / "report.md").read_text()
+    fit = json.loads((sweep_report / "fit.json").read_text())
+    three = fit["approaches"]["3"]
+    for key in ("E", "alpha", "beta", "loss_opt"):
+        m = re.search(rf"^\| {key} \| {NUM} \[{NUM}, {NUM}\] \|$", md, re.M)
+        assert m, key
+        assert _close(m.group(1), three[key])
+        assert _close(m.group(2), three["ci95"][key][0])
+    for row in fit["comparison"]:
+        if row["estimate"] is None:
+            continue
+        prefix = re.escape(f"| {row['source']} | {row['quantity']} | {row['approach']} | ")
+        m = re.search(prefix + rf"{NUM} \| {NUM} \| \[{NUM}, {NUM}\] \| (yes|no) \|", md)
+        assert m, row
+        assert _close(m.group(1), row["documented"]) and _close(m.group(2), row["estimate"])
+        assert _close(m.group(3), row["ci95"][0]) and _close(m.group(4), row["ci95"][1])
+        assert m.group(5) == ("yes" if row["inside"] else "no")
+    for name, check in fit["extrapolation"].items():
+        if check["status"] != "ok":
+            assert f"| {name} | skipped: " in md
+            continue
+        m = re.search(rf"^\| {name} \| [^|]+ \| {NUM} \| {NUM} \(", md, re.M)
+        assert m and _close(m.group(1), check["n_opt_predicted"])
+        if check["loss_mean_abs_rel_error"] is not None:
+            assert f"{check['loss_mean_abs_rel_error']:.2%} / " in md
+    for b in fit["approaches"]["2"]["budgets"]:
+        if b["ok"]:
+            label = re.escape(f"{b['budget']:.4g}")
+            m = re.search(rf"^\| {label} \| [^|]+ \| {b['n_runs']} \| {b['n_sizes']} \| "
+                          rf"{NUM} \| {NUM} \|", md, re.M)
+            assert m and _close(m.group(1), b["n_opt"]) and _close(m.group(2), b["d_opt"])
+
+
+def test_the_first_lines_say_how_to_regenerate(sweep_report):
+    lines = (sweep_report / "report.md").read_text().splitlines()
+    assert lines[0] == "# Scaling report: demo"
+    m = re.fullmatch(r"Regenerate with: `cd (\S+) && (python -m analysis\.report .*)`", lines[2])
+    assert m, lines[2]
+    assert Path(m.group(1)) == sweep_report.parent.parent
+    assert "--sweep demo --tracking-uri sqlite:///" in m.group(2)
+    assert m.group(2).endswith("--bootstrap 40 --seed 0")
+
+
+def test_csv_report_is_the_besiroglu_refit(csv_report):
+    md = (csv_report / "report.md").read_text()
+    fit = json.loads((csv_report / "fit.json").read_text())
+    three = fit["approaches"]["3"]
+    assert three["alpha"] == pytest.approx(0.3478, rel=0.01)
+    assert three["beta"] == pytest.approx(0.3658, rel=0.01)
+    assert f"a = {three['a']:.4g} [" in md
+    assert "Not available: the runs share no IsoFLOP compute budgets" in md
+    assert "Not available: published data has no checkpoints." in md
+    assert "--drop-highest-loss 5 --name besiroglu" in md.splitlines()[2]
+
+
+# --------------------------------------------------------------------------- samples and provenance
+
+
+def test_samples_and_their_failure_are_reported(sweep_report):
+    md = (sweep_report / "report.md").read_text()
+    section = md.split("## Text samples", 1)[1].split("## Provenance", 1)[0]
+    assert "**smallest model**: gpt-b3s0" in section and SAMPLE_TEXT in section
+    assert ("**largest model**: gpt-b3s6 (run_id `b3s6`, N = 6,400,000): the sample could not "
+            f"be produced: `pipeline.sample` failed: {SAMPLE_ERROR}") in section
+
+
+def test_sample_command_is_an_argument_list():
+    import os
+
+    cmd = samples.sample_command("abc123", "def ", "sqlite:///x.db")
+    assert cmd[:6] == [sys.executable, "-m", "analysis.child", str(os.getpid()),
+                       "pipeline.sample", "--run-id"]
+    assert cmd[cmd.index("--run-id") + 1] == "abc123" and cmd[cmd.index("--prompt") + 1] == "def "
+    assert cmd[cmd.index("--max-new-tokens") + 1] == "200"
+    assert cmd[cmd.index("--tracking-uri") + 1] == "sqlite:///x.db"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+def test_a_sample_dies_with_the_report_process(tmp_path):
+    """The report's process is SIGKILLed: its sample subprocess must not live on."""
+    import os
+    import signal
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "sleeper.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(60)\n")
+    # A stand-in report process: starts a "sample" through analysis.child, then waits.
+    parent_code = ("import os, subprocess, sys, time\n"
+                   "subprocess.Popen([sys.executable, '-m', 'analysis.child', str(os.getpid()), "
+                   "'sleeper'])\n"
+                   "time.sleep(60)\n")
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(root)]))
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], env=env)
+    child = None
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        assert _alive(child)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child), "the sample subprocess outlived the killed report process"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_a_sample_that_hangs_is_cut_off(monkeypatch):
+    monkeypatch.setattr(samples, "sample_command", lambda *a: [
+        sys.executable, "-c", "import time; time.sleep(60)"])
+    jobs = samples.SampleJobs([("smallest model", "r1", "r1", 1e5)], prompt="def ",
+                              tracking_uri=None, timeout_s=1.0)
+    (sample,) = jobs.results()
+    assert sample.text is None and "timed out after 1 s" in sample.error
+    assert all(proc.poll() is not None for _, proc in jobs.jobs)
+
+
+def test_provenance_names_code_data_and_machine(sweep_report):
+    md = (sweep_report / "report.md").read_text()
+    section = md.split("## Provenance", 1)[1]
+    sweep_file = sweep_report.parent.parent / "demo.yaml"
+    digest = hashlib.sha256(sweep_file.read_bytes()).hexdigest()
+    assert f"sweep file: {sweep_file} (sha256 {digest})" in section
+    assert "name: demo" in section  # the sweep file itself
+    assert f"corpus fingerprint (sha256): {'c0ffee' * 4}" in section
+    assert "corpus: stdlib; tokenizer: bytes" in section
+    assert re.search(r"code: git commit ([0-9a-f]{40}|unknown)", section)
+    for package in ("python", "numpy", "scipy", "pandas", "seaborn", "mlflow"):
+        assert re.search(rf"\b{package} \d", section), package
+    assert re.search(r"machine: .*\d+ CPUs", section) and "date: 20" in section
+
+
+# --------------------------------------------------------------------------- atomic write
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_failed_report_leaves_the_previous_one_intact(sweep_report, store, tmp_path,
+                                                        monkeypatch, capsys):
+    target = tmp_path / "demo"
+    shutil.copytree(sweep_report, target)
+    before = _snapshot(target)
+
+    def boom(ctx):
+        raise RuntimeError("figure failed")
+
+    monkeypatch.setattr(figures, "approach3_figure", boom)  # after 3 figures were written
+    monkeypatch.setattr(samples, "sample_command", _fake_sampler)
+    with pytest.raises(RuntimeError, match="figure failed"):
+        report.main(["--sweep", "demo", "--tracking-uri", store, "--out", str(target),
+                     "--bootstrap", "0"])
+    assert _snapshot(target) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]  # no partial folder
+
+
+def test_a_new_report_replaces_the_old_one(sweep_report, store, tmp_path, monkeypatch,
+                                          capsys):
+    target = tmp_path / "demo"
+    shutil.copytree(sweep_report, target)
+    (target / "stale.txt").write_text("from an older report")
+    monkeypatch.setattr(samples, "sample_command", _fake_sampler)
+    assert report.main(["--sweep", "demo", "--tracking-uri", store, "--out", str(target),
+                        "--bootstrap", "0"]) == 0
+    assert not (target / "stale.txt").exists() and (target / "report.html").exists()
+    assert capsys.readouterr().out.splitlines()[-1] == str((target / "report.html").resolve())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
+
+
+def test_refuses_to_replace_a_folder_that_is_not_a_report(tmp_path, capsys):
+    precious = tmp_path / "notes"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    code = report.main([*EPOCH_ARGS, "--out", str(precious), "--bootstrap", "0"])
+    assert code == 2
+    assert "holds no report" in capsys.readouterr().err
+    assert (precious / "thesis.tex").read_text() == "years of work"
+
+
+def test_report_modules_never_import_torch():
+    code = ("import sys, analysis.report, analysis.figures, analysis.samples, "
+            "analysis.provenance, analysis.document, analysis.report_sections, analysis.child\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -23,12 +23,15 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
+from pipeline.data import TokenData
 from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.spec import RunSpec
 
@@ -100,8 +103,9 @@ class Progress:
         return self.flops_left * elapsed / self.flops_done
 
     def line(self) -> str:
-        best = ", ".join(f"C={b}: {v:.3f}" for b, v in sorted(self.best.items(),
-                                                               key=lambda kv: float(kv[0])))
+        # Budgets in FLOPs, "-" for runs of a grid or runs sweep (no budget): those last.
+        best = ", ".join(f"C={b}: {v:.3f}" for b, v in sorted(
+            self.best.items(), key=lambda kv: math.inf if kv[0] == "-" else float(kv[0])))
         return (f"[{self.done + self.failed + self.diverged}/{self.total}] done {self.done}, "
                 f"running {self.running}, failed {self.failed}, diverged {self.diverged}, "
                 f"skipped {self.skipped}; time left ~{_dur(self.eta())}"
@@ -123,7 +127,7 @@ def _init_ray(address: str | None, cpus: int | None) -> None:
              runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
 
 
-def run_sweep(cfg: SweepConfig, plan: Plan, *, address: str | None, uri: str,
+def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | None, uri: str,
               checkpoint_root: Path, cpus: int | None = None) -> dict[str, dict]:
     """Launch every unfinished run of the plan on Ray; return results by run_id."""
     import ray
@@ -162,20 +166,37 @@ def run_sweep(cfg: SweepConfig, plan: Plan, *, address: str | None, uri: str,
     progress.flops_left = sum(flops.training_flops(s.model, s.tokens, "exact") for s, _ in todo)
     _init_ray(address, cpus)
     res = cfg.resources
+    # Device placement follows what Ray assigned: with num_gpus > 0 Ray sets
+    # CUDA_VISIBLE_DEVICES to the task's GPU(s), so device "auto" is cuda:0 of the task; with
+    # num_gpus 0 it leaves the variable alone (Ray 2.60), and "auto" would take a GPU that Ray
+    # gave to another task: hide CUDA devices from the run instead.
+    hide_gpus = {} if res.num_gpus > 0 else {"runtime_env": {"env_vars": {
+        "CUDA_VISIBLE_DEVICES": ""}}}
     task = ray.remote(run_trial).options(
         num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=res.max_retries,
-        retry_exceptions=False,
+        retry_exceptions=False, **hide_gpus,
     )
+    slots = _slots(res.num_cpus, cpus)
+    shipped: tuple = ()
+    if address:
+        slots = _cluster_slots(res.num_cpus, res.num_gpus)
+        _warn_loopback_uri(uri)
+        # Cluster: put the tokens in the object store once; every node reads them zero-copy.
+        meta = {k: getattr(data, k) for k in ("vocab_size", "fingerprint", "corpus_fingerprint",
+                                              "train_bytes", "val_bytes", "tokenizer_config",
+                                              "n_train_docs", "n_val_docs")}
+        shipped = (meta, ray.put(np.asarray(data.train)), ray.put(np.asarray(data.val)))
     pending = {}
     for spec, mlflow_run_id in todo:
         ckpt = str(checkpoint_root / cfg.name / spec.run_id)
-        pending[task.remote(spec.to_dict(), uri, mlflow_run_id, ckpt)] = (spec, mlflow_run_id)
+        ref = task.remote(spec.to_dict(), uri, mlflow_run_id, ckpt, data.fingerprint, *shipped)
+        pending[ref] = (spec, mlflow_run_id)
     by_budget: dict[str, list[float]] = defaultdict(list)
     last_line = 0.0
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=2.0)
-            progress.running = min(len(pending), _slots(res.num_cpus, cpus))
+            progress.running = min(len(pending), slots)
             for ref in ready:
                 spec, mlflow_run_id = pending.pop(ref)
                 progress.flops_left -= flops.training_flops(spec.model, spec.tokens, "exact")
@@ -207,6 +228,61 @@ def run_sweep(cfg: SweepConfig, plan: Plan, *, address: str | None, uri: str,
 
 def _slots(num_cpus: int, cpus: int | None) -> int:
     return max(1, (cpus or os.cpu_count() or 1) // num_cpus)
+
+
+def _cluster_slots(num_cpus: int, num_gpus: float) -> int:
+    """Runs the connected cluster holds at a time (its CPUs and GPUs right now)."""
+    import ray
+
+    total = ray.cluster_resources()
+    slots = int(total.get("CPU", 0) // num_cpus)
+    if num_gpus > 0:
+        slots = min(slots, int(total.get("GPU", 0) // num_gpus))
+    return max(1, slots)
+
+
+def _warn_loopback_uri(uri: str) -> None:
+    """A tracking server at 127.0.0.1 is only reachable from nodes on the driver's host."""
+    import ray
+
+    host = urlparse(uri).hostname or ""
+    ips = {n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+    if host in ("127.0.0.1", "localhost", "::1") and len(ips) > 1:
+        console.print(f"[yellow]warning[/]: MLFLOW_TRACKING_URI is {uri}, a loopback address, "
+                      f"but the cluster spans {len(ips)} machines: runs on the others cannot "
+                      "reach it unless each has a tunnel to it. Use an address every node can "
+                      "reach (docs/cluster.md)")
+
+
+def _unreachable(uri: str, timeout: float = 10.0) -> str:
+    """Why a tracking server cannot be reached ("" if it answers at all, even 401 or 404).
+
+    Checked once, up front: MLflow's client retries a dead server for minutes per request.
+    """
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+            return ""
+    except urllib.error.HTTPError:
+        return ""  # it answered (behind a proxy or with auth, perhaps)
+    except (OSError, ValueError) as e:
+        return str(getattr(e, "reason", e))
+
+
+def _warn_checkpoint_dir(path: str, address: str) -> None:
+    """On a cluster, checkpoints must be on storage every node sees, or resumes start over."""
+    if Path(path).is_absolute():
+        return
+    where = Path(path).resolve()
+    print(f"warning: a cluster address is set ({address}) but checkpoints go to {where}, "
+          f"the relative path {path!r} under this driver's working folder (under `ray job "
+          "submit`, a per-job folder on the head node that no other node sees). A run retried "
+          "or resumed on another node will not find its checkpoints there and restarts from "
+          "scratch. Pass --checkpoint-dir (or set SCALING_CHECKPOINT_DIR) to a folder that "
+          "every node mounts at the same path (NFS, a mounted bucket): see docs/cluster.md",
+          file=sys.stderr)
 
 
 def _report_one(spec: RunSpec, out: dict, progress: Progress,
@@ -258,9 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                    help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
-    p.add_argument("--checkpoint-dir", default=os.environ.get("SCALING_CHECKPOINT_DIR",
-                                                              "checkpoints"),
-                   help="root of run checkpoints (shared storage on a cluster)")
+    p.add_argument("--checkpoint-dir",
+                   default=os.environ.get("SCALING_CHECKPOINT_DIR") or "checkpoints",
+                   help="root of run checkpoints (default: $SCALING_CHECKPOINT_DIR, else "
+                        "./checkpoints); on a cluster, a folder every node mounts")
     p.add_argument("--no-report", action="store_true", help="skip the fit and report")
     args = p.parse_args(argv)
 
@@ -292,26 +369,49 @@ def main(argv: list[str] | None = None) -> int:
         print_plan(cfg, plan, estimate, slots)
         return 0
 
-    from pipeline.tracking import default_tracking_uri, is_local_store
+    from pipeline.tracking import TrackingError, default_tracking_uri, is_local_store, prepare_store
 
     uri = default_tracking_uri()
-    if args.address and is_local_store(uri):
-        print(f"error: a cluster address is set ({args.address}) but the MLflow tracking URI "
-              f"is a local store ({uri}): workers on other nodes cannot write it. Start a "
-              "tracking server (docs/cluster.md) and set MLFLOW_TRACKING_URI=http://HOST:PORT",
+    if args.address and args.address.startswith(("http://", "https://")):
+        print(f"error: the Ray address {args.address} (--address or $RAY_ADDRESS) is a "
+              "dashboard URL: that is the address for `ray job submit`. Submit this command "
+              f"with `ray job submit --address {args.address} -- python -m pipeline.sweep "
+              "FILE`, or give the cluster's address HOST:PORT (docs/cluster.md)",
               file=sys.stderr)
+        return 2
+    if args.address and is_local_store(uri):
+        print(f"error: a Ray cluster address is set ({args.address}: --address, or $RAY_ADDRESS "
+              f"as under `ray job submit`) but the MLflow tracking URI is a local store ({uri}): "
+              "runs on other nodes cannot write it. Start a tracking server and set "
+              "MLFLOW_TRACKING_URI=http://HOST:PORT (for `ray job submit`: --runtime-env-json "
+              "'{\"env_vars\": {\"MLFLOW_TRACKING_URI\": \"http://HOST:PORT\"}}'); see "
+              "docs/cluster.md", file=sys.stderr)
+        return 2
+    if uri.startswith(("http://", "https://")) and (why := _unreachable(uri)):
+        print(f"error: the MLflow tracking server {uri} does not answer ({why}). Is "
+              "`mlflow server` running, and reachable from here (on a cluster: from every "
+              "node)? See docs/cluster.md", file=sys.stderr)
+        return 2
+    if args.address:
+        _warn_checkpoint_dir(args.checkpoint_dir, args.address)
+    try:  # the ledger's store: created once, here, before the data, Ray or any worker
+        prepare_store(uri, cfg.name)
+    except TrackingError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print_plan(cfg, plan, None, slots)
     from pipeline.train import load_data
 
-    _data_for(cfg, args.sweep_file, load_data)  # build the token cache once, before workers
+    data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
     t0 = time.monotonic()
-    results = run_sweep(cfg, plan, address=args.address, uri=uri,
+    results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
                         checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
     summary(results, plan)
     failed = [r for r in results.values() if r.get("status") == keys.STATUS_FAILED]
+    look = (f"open {uri} in a browser" if uri.startswith(("http://", "https://"))
+            else f"mlflow ui --backend-store-uri {uri}")
     console.print(f"sweep {cfg.name!r}: {len(results)} runs in {_dur(time.monotonic() - t0)}; "
-                  f"tracking at {uri} (mlflow ui --backend-store-uri {uri})")
+                  f"tracking at {uri} ({look})")
     if not args.no_report:
         _report(cfg.name, uri, args.sweep_file)
     return 1 if failed else 0
@@ -322,12 +422,19 @@ def _data_for(cfg: SweepConfig, sweep_file: str, load_data):
 
 
 def _report(name: str, uri: str, sweep_file: str) -> None:
+    """Fit and report; a failure here never touches the runs (they are in the ledger)."""
+    from analysis import report
+
+    regenerate = f"python -m analysis.report --sweep {name} --tracking-uri {uri}"
     try:
-        from analysis import report
-    except ImportError:
-        console.print("(analysis.report is not available: no report written)")
+        rc = report.main(["--sweep", name, "--tracking-uri", uri, "--sweep-file", sweep_file])
+    except Exception as e:  # noqa: BLE001 - the sweep succeeded; say what failed and how to retry
+        console.print(f"[red]report failed[/]: {type(e).__name__}: {e}. The runs are safe; "
+                      f"retry with: {regenerate}")
         return
-    report.main(["--sweep", name, "--tracking-uri", uri, "--sweep-file", sweep_file])
+    if rc:
+        console.print(f"[yellow]no report[/] (analysis.report exited {rc}); retry with: "
+                      f"{regenerate}")
 
 
 if __name__ == "__main__":

@@ -42,21 +42,52 @@ def is_local_store(uri: str) -> bool:
     return uri.startswith(("sqlite:", "file:", "/", ".")) or "://" not in uri
 
 
+class TrackingError(RuntimeError):
+    """The MLflow tracking store cannot be created or written; the message says why."""
+
+
+def _sqlite_problem(db: Path) -> str | None:
+    """Why a sqlite database file cannot be created or written at db (None if it can)."""
+    if db.is_dir():
+        return f"{db} is a folder, not a database file"
+    if db.exists():
+        return None if os.access(db, os.R_OK | os.W_OK) else f"{db} is not writable"
+    folder = db.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # MLflow creates the missing folders: the first one that exists
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    return None
+
+
 def prepare_store(uri: str, experiment: str) -> str:
     """Create the database (once, here) and the experiment if missing; return its id.
 
     For a sqlite store the artifacts go next to the database file, as an absolute path, so
-    every worker process (whatever its working folder) writes to the same place.
+    every worker process (whatever its working folder) writes to the same place. A store
+    that cannot be created or opened raises TrackingError naming the URI and the reason.
     """
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is not None:
-        return found.experiment_id
-    artifact_location = None
-    if uri.startswith("sqlite:///"):
-        db = Path(uri.removeprefix("sqlite:///"))
-        artifact_location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
-    return client.create_experiment(experiment, artifact_location=artifact_location)
+    db = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+    problem = _sqlite_problem(db) if db is not None else None
+    if problem:
+        raise TrackingError(f"cannot create the MLflow tracking store {uri}: {problem}. Set "
+                            "MLFLOW_TRACKING_URI to a database in a writable folder, e.g. "
+                            "sqlite:////path/to/mlflow.db, or to a tracking server's URL")
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        found = client.get_experiment_by_name(experiment)
+        if found is not None:
+            return found.experiment_id
+        artifact_location = None
+        if db is not None:
+            artifact_location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
+        return client.create_experiment(experiment, artifact_location=artifact_location)
+    except Exception as e:  # noqa: BLE001 - sqlalchemy, OSError, MlflowException, HTTP...
+        first_line = (str(e).splitlines() or [""])[0][:300]
+        raise TrackingError(f"cannot use the MLflow tracking store {uri}: "
+                            f"{type(e).__name__}: {first_line}") from e
 
 
 @dataclass

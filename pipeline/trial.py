@@ -11,16 +11,30 @@ the sweep retries it, resuming from its last checkpoint.
 from __future__ import annotations
 
 import os
+import socket
+import sys
+import time
 import traceback
 from dataclasses import asdict
 
+import numpy as np
+
 from pipeline import keys
+from pipeline.data import TokenData
 from pipeline.spec import RunSpec
 from pipeline.tracking import MLflowTracker
-from pipeline.train import train
+from pipeline.train import load_data, train
 
 # Fault injection for tests (tests/test_faults.py): raise at this step of the given run_id.
 FAIL_ENV = "SCALING_INJECT_FAILURE"  # "<run_id>:<step>"
+# Test hook: append "<run_id> <first step> <pid>" to this file when an attempt trains its first
+# step (first step = the checkpoint step it resumed from, 0 from scratch), so tests count
+# trainings across processes. An attempt that resumes from the final checkpoint trains no
+# step and writes nothing.
+TRAINING_LOG_ENV = "SCALING_TRAINING_LOG"
+# Test hook: sleep this many seconds before a trial touches the ledger (a slow worker start),
+# which holds a sweep "between runs" long enough for a test to kill its driver there.
+START_DELAY_ENV = "SCALING_INJECT_START_DELAY"
 
 
 def _failure_hook(spec: RunSpec):
@@ -38,15 +52,58 @@ def _failure_hook(spec: RunSpec):
     return hook
 
 
-def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: str) -> dict:
+def _training_log_hook(spec: RunSpec):
+    path = os.environ.get(TRAINING_LOG_ENV, "")
+    if not path:
+        return None
+    logged = False
+
+    def hook(done: int) -> None:
+        nonlocal logged
+        if not logged:
+            logged = True
+            line = f"{spec.run_id} {done - 1} {os.getpid()}\n".encode()
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)  # one short O_APPEND write: lines never interleave
+            finally:
+                os.close(fd)
+
+    return hook
+
+
+def _step_hooks(spec: RunSpec):
+    """train()'s on_step: the test hooks that are switched on (None when none is)."""
+    hooks = [h for h in (_training_log_hook(spec), _failure_hook(spec)) if h is not None]
+    if not hooks:
+        return None
+
+    def on_step(done: int) -> None:
+        for hook in hooks:
+            hook(done)
+
+    return on_step
+
+
+def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: str,
+                  data: TokenData | None = None) -> dict:
     """Train spec (resuming from checkpoint_dir) and record the outcome; returns a summary."""
+    delay = float(os.environ.get(START_DELAY_ENV) or 0)
+    if delay > 0:
+        time.sleep(delay)
     tracker = MLflowTracker(uri, mlflow_run_id)
     attempts = tracker.start_attempt()
-    # Where the weights are, for pipeline.sample and the report's text samples.
-    tracker.set_tags({"checkpoint_dir": checkpoint_dir})
+    # Where the weights are, for pipeline.sample and the report's text samples; and where
+    # this attempt ran: Ray node id ("local" outside Ray), host, GPUs Ray gave it ("" = none),
+    # and the worker's process id (to find, or in tests to kill, the process of a run).
+    ray = sys.modules.get("ray")
+    node = ray.get_runtime_context().get_node_id() if ray and ray.is_initialized() else "local"
+    tracker.set_tags({"checkpoint_dir": checkpoint_dir, "node": node, "host": socket.gethostname(),
+                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
+                      "worker_pid": str(os.getpid())})
     try:
         result = train(spec, tracker, checkpoint_dir=checkpoint_dir, resume=True,
-                       on_step=_failure_hook(spec))
+                       data=data, on_step=_step_hooks(spec))
     except KeyboardInterrupt:
         tracker.end(keys.STATUS_KILLED)
         raise
@@ -66,6 +123,25 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
     return out
 
 
-def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str) -> dict:
-    """Entry point of a sweep's Ray task (plain data in, plain data out)."""
-    return execute_trial(RunSpec.from_dict(spec_dict), uri, mlflow_run_id, checkpoint_dir)
+def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str,
+              fingerprint: str, data_meta: dict | None = None,
+              train_tokens: np.ndarray | None = None,
+              val_tokens: np.ndarray | None = None) -> dict:
+    """Entry point of a sweep's Ray task (plain data in, plain data out).
+
+    Tokens reach the worker one of two ways, both checked against the driver's fingerprint:
+    on one machine, the driver's memory-mapped cache (shared through the page cache); on a
+    cluster, arrays the driver put once in Ray's object store (zero-copy, read-only on every
+    node), so no node re-tokenises a corpus that may differ there (e.g. another stdlib).
+    """
+    spec = RunSpec.from_dict(spec_dict)
+    if train_tokens is not None and val_tokens is not None and data_meta is not None:
+        data = TokenData(train=train_tokens, val=val_tokens, **data_meta)
+    else:
+        data = load_data(spec.data)
+    if data.fingerprint != fingerprint:
+        raise RuntimeError(
+            f"token data on this worker has fingerprint {data.fingerprint[:12]}, the driver's "
+            f"is {fingerprint[:12]}: the corpus differs between machines"
+        )
+    return execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=data)

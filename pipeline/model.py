@@ -88,9 +88,18 @@ class Attention(nn.Module):
             # Each group of n_heads / n_kv_heads query heads shares one K/V head.
             rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+            # CPU flash attention's backward is 5-6x slower in bf16 than in fp32 at these head
+            # sizes (BENCHMARKS.md): under CPU bf16 autocast, attend in fp32 (autocast would
+            # cast the fp32 inputs back to bf16, hence disabled around the call).
+            with torch.autocast("cpu", enabled=False):
+                y = F.scaled_dot_product_attention(
+                    q.float(), k.float(), v.float(), is_causal=self.causal, dropout_p=dropout_p
+                ).to(q.dtype)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
+                                               dropout_p=dropout_p)
         return self.proj(y.transpose(1, 2).reshape(B, T, self.n_heads * hd))
 
 

@@ -13,8 +13,8 @@ holds across processes too: every recovered sweep's final table (final/val_loss 
 must EQUAL the uninterrupted sweep's, with no tolerance.
 
 The driver killed mid-run is tests/test_sweep.py::test_killed_driver_resumes_without_retraining;
-here: before any run finished (plus a truncated checkpoint), between runs, and during the
-report. Token-cache atomicity is covered by tests/test_data.py (killed builder, failed build,
+here: before any run finished (with its runs in flight, plus a truncated checkpoint), between
+runs, and during the report. Token-cache atomicity is covered by tests/test_data.py (killed builder, failed build,
 concurrent builders); checkpoint damage at the unit level by tests/test_train.py; YAML's
 safe loading by tests/test_config.py::test_python_tags_are_refused.
 
@@ -251,10 +251,10 @@ class SweepDir:
 
         while others() and time.monotonic() < deadline:
             time.sleep(0.5)
-        # Everything else is gone: Ray's agents get a few more seconds (they notice the dead
-        # raylet within ~5 s when they do), then they are killed.
+        # Everything else is gone: Ray's agents get a few more seconds, then they are killed
+        # (when they linger, they linger for good).
         agents = {pid: _cmdline(pid) for pid in _marked(self.marker)}
-        left = {pid: agents.get(pid) or "?" for pid in _reap(self.marker, grace=8.0)}
+        left = {pid: agents.get(pid) or "?" for pid in _reap(self.marker, grace=3.0)}
         stray = {pid: n for pid, n in left.items() if not n.startswith(RAY_AGENTS)}
         assert not stray, f"processes outlived the killed driver (killed now): {stray}"
         if left:

@@ -18,13 +18,13 @@ import numpy as np
 
 from analysis.bootstrap import Bootstrap, run_bootstrap
 from analysis.envelope import DEFAULT_GRID_POINTS, Curve, Envelope, envelope, interior_points
-from analysis.powerlaw import PowerLaw, fit_power_law
+from analysis.powerlaw import PowerLaw, PowerLawAllocation, fit_power_law
 
 WHAT = "Approach 1 (envelope of training curves)"
 
 
 @dataclass(frozen=True)
-class Approach1Fit:
+class Approach1Fit(PowerLawAllocation):
     """N_opt = k_N·C^a and D_opt = k_D·C^b through the interior envelope points."""
 
     n_law: PowerLaw
@@ -32,28 +32,7 @@ class Approach1Fit:
     envelope: Envelope = field(repr=False)
     """The interior envelope points the laws were fitted to."""
 
-    @property
-    def a(self) -> float:
-        return self.n_law.exponent
 
-    @property
-    def b(self) -> float:
-        return self.d_law.exponent
-
-    def n_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
-        return self.n_law(flops)
-
-    def d_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
-        return self.d_law(flops)
-
-    def tokens_per_param(self, flops: float | np.ndarray) -> float | np.ndarray:
-        return self.d_opt(flops) / self.n_opt(flops)
-
-    def statistics(self, flops: float) -> dict[str, float]:
-        """Exponents, and the allocation at ``flops``: what the bootstrap collects."""
-        return {"a": self.a, "b": self.b, "n_opt": float(self.n_opt(flops)),
-                "d_opt": float(self.d_opt(flops)),
-                "tokens_per_param": float(self.tokens_per_param(flops))}
 
 
 def fit_approach1(curves: Sequence[Curve | None], *,

@@ -18,7 +18,7 @@ import numpy as np
 
 from analysis.bootstrap import Bootstrap, run_bootstrap
 from analysis.errors import FitError
-from analysis.powerlaw import PowerLaw, as_positive, fit_power_law
+from analysis.powerlaw import PowerLaw, PowerLawAllocation, as_positive, fit_power_law
 
 WHAT = "Approach 2 (IsoFLOP parabolas)"
 MIN_SIZES = 3
@@ -99,7 +99,7 @@ def budget_minimum(budget: float, n: np.ndarray, d: np.ndarray, c: np.ndarray,
 
 
 @dataclass(frozen=True)
-class Approach2Fit:
+class Approach2Fit(PowerLawAllocation):
     """N_opt = k_N·C^a and D_opt = k_D·C^b through the budgets' parabola minima."""
 
     n_law: PowerLaw
@@ -107,32 +107,11 @@ class Approach2Fit:
     budgets: tuple[BudgetMinimum, ...] = field(repr=False)
     """Every budget, fitted (ok) or flagged (with its reason)."""
 
-    @property
-    def a(self) -> float:
-        return self.n_law.exponent
-
-    @property
-    def b(self) -> float:
-        return self.d_law.exponent
 
     @property
     def flagged(self) -> tuple[BudgetMinimum, ...]:
         return tuple(m for m in self.budgets if not m.ok)
 
-    def n_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
-        return self.n_law(flops)
-
-    def d_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
-        return self.d_law(flops)
-
-    def tokens_per_param(self, flops: float | np.ndarray) -> float | np.ndarray:
-        return self.d_opt(flops) / self.n_opt(flops)
-
-    def statistics(self, flops: float) -> dict[str, float]:
-        """Exponents, and the allocation at ``flops``: what the bootstrap collects."""
-        return {"a": self.a, "b": self.b, "n_opt": float(self.n_opt(flops)),
-                "d_opt": float(self.d_opt(flops)),
-                "tokens_per_param": float(self.tokens_per_param(flops))}
 
 
 def fit_approach2(n: object, d: object, c: object, loss: object,

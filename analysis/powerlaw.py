@@ -114,3 +114,36 @@ def fit_inverse_power_law(x: object, loss: object, *, what: str) -> InversePower
         raise FitError(f"{what}: ln X_c = {log_x_c:.4g} is out of range; the fit is degenerate")
     x_c = float(np.exp(log_x_c))
     return InversePowerLaw(alpha=alpha, x_c=x_c, n_points=line.n_points, rmse_log=line.rmse_log)
+
+
+class PowerLawAllocation:
+    """N_opt(C) and D_opt(C) as two power laws (Approaches 1 and 2): a, b and the allocation.
+
+    Subclasses are dataclasses with fields ``n_law`` and ``d_law`` (PowerLaw of C).
+    """
+
+    n_law: PowerLaw
+    d_law: PowerLaw
+
+    @property
+    def a(self) -> float:
+        return self.n_law.exponent
+
+    @property
+    def b(self) -> float:
+        return self.d_law.exponent
+
+    def n_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
+        return self.n_law(flops)
+
+    def d_opt(self, flops: float | np.ndarray) -> float | np.ndarray:
+        return self.d_law(flops)
+
+    def tokens_per_param(self, flops: float | np.ndarray) -> float | np.ndarray:
+        return self.d_opt(flops) / self.n_opt(flops)
+
+    def statistics(self, flops: float) -> dict[str, float]:
+        """Exponents, and the allocation at ``flops``: what the bootstrap collects."""
+        return {"a": self.a, "b": self.b, "n_opt": float(self.n_opt(flops)),
+                "d_opt": float(self.d_opt(flops)),
+                "tokens_per_param": float(self.tokens_per_param(flops))}

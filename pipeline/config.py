@@ -280,8 +280,16 @@ class TrainSection(Strict):
     """Warmup length as a fraction of each run's steps."""
     schedule: Literal["cosine", "wsd", "constant"] = "cosine"
     """cosine decays over exactly each run's steps (Chinchilla: cosine length matches D)."""
+    schedules: Annotated[list[Literal["cosine", "wsd", "constant"]],
+                         Field(min_length=1)] | None = None
+    """A schedule comparison: one run per schedule per cell (replaces `schedule`)."""
     decay_fraction: Annotated[float, Field(gt=0, le=1)] = 0.2
     """wsd only: fraction of steps in the final linear decay."""
+    wsd_reuse: bool = False
+    """wsd only: the wsd runs of one shape (same seed and LR) share one trunk, the longest
+    run; each shorter run starts from the trunk's state where its own decay begins, so only
+    its decay is trained (same result as training it alone, bit for bit). Warmup then
+    follows the longest run (warmup_fraction of its steps) for all of them."""
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
     """Final LR as a fraction of the peak."""
     weight_decay: Annotated[float, Field(ge=0, lt=1)] = 0.1
@@ -306,13 +314,23 @@ class TrainSection(Strict):
         problems = _duplicates(self.seeds, "seeds") + _duplicates(self.lrs or [], "lrs")
         if self.lrs is not None and "lr" in self.model_fields_set:
             problems.append((("lr",), "is replaced by lrs; give one of them", self.lr))
-        if self.schedule != "wsd":
-            problems += _unused(self, ("decay_fraction",), f"with schedule {self.schedule!r}")
+        problems += _duplicates(self.schedules or [], "schedules")
+        if self.schedules is not None and "schedule" in self.model_fields_set:
+            problems.append((("schedule",), "is replaced by schedules; give one of them",
+                             self.schedule))
+        if "wsd" not in self.schedule_list():
+            problems += _unused(self, ("decay_fraction", "wsd_reuse"),
+                                f"without schedule 'wsd' (schedule {self.schedule!r})"
+                                if self.schedules is None else
+                                f"without 'wsd' in schedules {self.schedules}")
         elif self.warmup_fraction + self.decay_fraction > 1:
             problems.append((("decay_fraction",), "warmup_fraction + decay_fraction exceeds 1 "
                              f"(warmup_fraction is {self.warmup_fraction})", self.decay_fraction))
         _raise_if(problems)
         return self
+
+    def schedule_list(self) -> list[str]:
+        return list(self.schedules) if self.schedules is not None else [self.schedule]
 
 
 class ResourcesSection(Strict):
@@ -368,15 +386,55 @@ class SizesSection(Strict):
         return len(self.depths or self.widths or self.shapes or []) or (self.count or 0)
 
 
+class ReplicatesSection(Strict):
+    """Run-to-run noise: the cells of some budgets trained again with other seeds."""
+
+    seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]], Field(min_length=1)]
+    """Extra seeds (besides train.seeds) for every cell of the budgets below."""
+    budgets: Annotated[list[PosFloat], Field(min_length=1)]
+    """Which of isoflop.budgets get the extra seeds."""
+
+
+class HoldoutSection(Strict):
+    """Held-out budgets: trained after the main budgets at the size the main fit predicts
+    optimal, kept out of every fit, and reported against the fit's prediction."""
+
+    budgets: Annotated[list[PosFloat], Field(min_length=1)]
+    """Compute budgets C in FLOPs, usually about 3x above the largest main budget."""
+    count: Annotated[int, Field(ge=1, le=9)] = 1
+    """Sizes per held-out budget: the ladder rung nearest the predicted N_opt, and its
+    nearest neighbours for count > 1."""
+
+
 class IsoflopSection(Strict):
     budgets: Annotated[list[PosFloat], Field(min_length=1)]
     """Compute budgets C in FLOPs (under flops_convention)."""
     sizes: SizesSection
     """Model sizes trained at every budget."""
+    replicates: ReplicatesSection | None = None
+    """Optional: extra seeds for some budgets, to measure run-to-run noise."""
+    holdout: HoldoutSection | None = None
+    """Optional: held-out budgets, planned from the fit of the main budgets."""
 
     @model_validator(mode="after")
     def _check(self) -> IsoflopSection:
-        _raise_if(_duplicates(self.budgets, "budgets"))
+        problems = _duplicates(self.budgets, "budgets")
+        if self.replicates is not None:
+            problems += [(("replicates",) + loc, msg, v) for loc, msg, v in
+                         _duplicates(self.replicates.seeds, "seeds")
+                         + _duplicates(self.replicates.budgets, "budgets")]
+            for i, b in enumerate(self.replicates.budgets):
+                if b not in self.budgets:
+                    problems.append((("replicates", "budgets", i), "is not one of budgets "
+                                     f"{self.budgets}", b))
+        if self.holdout is not None:
+            problems += [(("holdout",) + loc, msg, v) for loc, msg, v in
+                         _duplicates(self.holdout.budgets, "budgets")]
+            for i, b in enumerate(self.holdout.budgets):
+                if b in self.budgets:
+                    problems.append((("holdout", "budgets", i), "is also a main budget; a "
+                                     "held-out budget must differ from every fitted one", b))
+        _raise_if(problems)
         return self
 
 
@@ -454,6 +512,11 @@ class SweepConfig(Strict):
                          _unused(self.shape, ("gqa_ratio", "ffn_multiple"),
                                  f"by family {self.family!r}")]
         problems += self._shape_problems()
+        rep = self.isoflop.replicates if self.isoflop is not None else None
+        for i, seed in enumerate(rep.seeds if rep is not None else []):
+            if seed in self.train.seeds:
+                problems.append((("isoflop", "replicates", "seeds", i), "is already one of "
+                                 f"train.seeds {self.train.seeds}", seed))
         runs, how = self._plan_size()
         if not problems and runs > MAX_RUNS:
             problems.append(((self.kind,), f"plans {how} = {runs:,} runs; at most {MAX_RUNS:,}",
@@ -516,10 +579,19 @@ class SweepConfig(Strict):
         factors["seeds"] = len(self.train.seeds)
         if self.train.lrs is not None:
             factors["learning rates"] = len(self.train.lrs)
+        if self.train.schedules is not None:
+            factors["schedules"] = len(self.train.schedules)
         total = 1
         for n in factors.values():
             total *= n
-        return total, " x ".join(f"{n} {what}" for what, n in factors.items())
+        how = " x ".join(f"{n} {what}" for what, n in factors.items())
+        rep = self.isoflop.replicates if self.isoflop is not None else None
+        if rep is not None:  # extra seeds on some budgets: same factors, those budgets only
+            extra = total // len(self.isoflop.budgets) * len(rep.budgets) * len(rep.seeds)
+            extra //= len(self.train.seeds)
+            total += extra
+            how += f" + {extra} replicate(s)"
+        return total, how
 
 
 # --------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pipeline import flops
@@ -117,15 +118,8 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
     N* fill in, so a budget always gets `count` sizes (or as many as the ladder has).
     """
     assert sizes.count is not None
-    T = cfg.data.seq_len
     guess = math.sqrt(budget / (6 * sizes.tokens_per_param))
-    top = rule.max_width if rule.knob == "width" else rule.max_depth
-    ladder: list[ModelConfig] = []
-    for size in range(1, top + 1):
-        try:
-            ladder.append(shape_for_size(cfg.family, size, rule, vocab_size=vocab, seq_len=T))
-        except ShapeError:
-            break
+    ladder = _ladder(cfg, rule, vocab)
     logs = [math.log(flops.params_total(m)) for m in ladder]
     half = math.log(sizes.span) / 2
     chosen: set[int] = set()
@@ -144,35 +138,62 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
 
 
 def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, seed: int,
-                base_lr: float) -> TrainSpec:
+                base_lr: float, schedule: str, warmup_of: int) -> TrainSpec:
+    """The recipe of one run; warmup is warmup_fraction of `warmup_of` steps (its own, or
+    the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
     lr = base_lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
     return TrainSpec(
         batch_size=t.batch_size, lr=lr, min_lr_ratio=t.min_lr_ratio,
-        warmup_steps=int(t.warmup_fraction * steps), schedule=t.schedule,
+        warmup_steps=int(t.warmup_fraction * warmup_of), schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
         eval_batches=t.eval_batches, precision=t.precision,
     )
 
 
+@dataclass(frozen=True)
+class _Cell:
+    model: ModelConfig
+    tokens: float
+    budget: float | None
+    seeds: tuple[int, ...]
+
+
+def _ladder(cfg: SweepConfig, rule: ShapeRule, vocab: int) -> list[ModelConfig]:
+    """Every size of the shape rule's knob, smallest first."""
+    top = rule.max_width if rule.knob == "width" else rule.max_depth
+    out: list[ModelConfig] = []
+    for size in range(1, top + 1):
+        try:
+            out.append(shape_for_size(cfg.family, size, rule, vocab_size=vocab,
+                                      seq_len=cfg.data.seq_len))
+        except ShapeError:
+            break
+    return out
+
+
 def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | None = None) -> Plan:
-    """All RunSpecs of a sweep, in a deterministic order, plus the skipped cells."""
+    """All RunSpecs of a sweep, in a deterministic order, plus the skipped cells.
+
+    Held-out budgets are not in it: they depend on the fit of these runs (plan_holdout)."""
     vocab = vocab_size or vocab_size_for(cfg)
     if vocab is None:
         raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
     d = cfg.data
-    data = data_spec_for(cfg, sweep_path)
-    tokens_per_step = cfg.train.batch_size * d.seq_len
     skipped: list[Skipped] = []
-    cells: list[tuple[ModelConfig, float, float | None]] = []  # (model, tokens, budget)
+    seeds = tuple(cfg.train.seeds)
+    cells: list[_Cell] = []
     if cfg.isoflop is not None:
+        rep = cfg.isoflop.replicates
         for budget in cfg.isoflop.budgets:
+            extra = tuple(rep.seeds) if rep is not None and budget in rep.budgets else ()
             for m in _shapes(cfg, cfg.isoflop.sizes, vocab, budget, skipped):
-                cells.append((m, flops.tokens_for_budget(m, budget, cfg.flops_convention), budget))
+                cells.append(_Cell(m, flops.tokens_for_budget(m, budget, cfg.flops_convention),
+                                   budget, seeds + extra))
     elif cfg.grid is not None:
         shapes = _shapes(cfg, cfg.grid.sizes, vocab, None, skipped)
-        cells = [(m, tok, None) for m in shapes for tok in cfg.grid.tokens]
+        cells = [_Cell(m, tok, None, seeds) for m in shapes for tok in cfg.grid.tokens]
     else:
         rule = _rule(cfg)
         for i, r in enumerate(cfg.runs or []):
@@ -187,16 +208,26 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
             except ShapeError as e:
                 skipped.append(Skipped(f"runs[{i}]", str(e)))
                 continue
-            cells.append((m, r.tokens, None))
+            cells.append(_Cell(m, r.tokens, None, seeds))
+    specs = _specs(cfg, data_spec_for(cfg, sweep_path), cells, skipped, role="main")
+    if cfg.train.wsd_reuse:
+        specs = _share_trunks(specs)
+    return Plan(specs, skipped)
 
-    specs: list[RunSpec] = []
-    seen: dict[str, str] = {}
-    for m, tokens, budget in cells:
-        steps = round(tokens / tokens_per_step)
+
+def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[Skipped],
+           role: str) -> list[RunSpec]:
+    """The RunSpecs of buildable cells x seeds x LRs x schedules; the rest go to skipped."""
+    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
+    built: list[tuple[_Cell, int, str]] = []
+    longest: dict[ModelConfig, int] = {}  # steps of the longest run per shape (WSD trunks)
+    for cell in cells:
+        m, budget = cell.model, cell.budget
+        steps = round(cell.tokens / tokens_per_step)
         label = (f"{m.family} L{m.n_layer} d{m.d_model}"
-                 + (f" at C={budget:.3g}" if budget else f" D={tokens:.3g}"))
+                 + (f" at C={budget:.3g}" if budget else f" D={cell.tokens:.3g}"))
         if steps < cfg.train.min_steps:
-            skipped.append(Skipped(label, f"{tokens:.3g} tokens give {steps} steps of "
+            skipped.append(Skipped(label, f"{cell.tokens:.3g} tokens give {steps} steps of "
                                           f"{tokens_per_step} tokens (< min_steps="
                                           f"{cfg.train.min_steps})"))
             continue
@@ -207,16 +238,78 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
                                               f"{achieved:.4g} FLOPs, off the budget by more "
                                               f"than {ISOFLOP_TOLERANCE:.0%}"))
                 continue
-        for seed, base_lr in itertools.product(cfg.train.seeds, cfg.train.lrs or [cfg.train.lr]):
-            train = _train_spec(cfg, m, steps, seed, base_lr)
+        built.append((cell, steps, label))
+        longest[m] = max(longest.get(m, 0), steps)
+
+    t = cfg.train
+    specs: list[RunSpec] = []
+    seen: dict[str, str] = {}
+    for cell, steps, label in built:
+        for seed, base_lr, schedule in itertools.product(
+                cell.seeds, t.lrs or [t.lr], t.schedule_list()):
+            shared = schedule == "wsd" and t.wsd_reuse
+            train = _train_spec(cfg, cell.model, steps, seed, base_lr, schedule,
+                                longest[cell.model] if shared else steps)
             # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.
             ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
             exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt)
-            spec = RunSpec(sweep=cfg.name, model=m, data=data, train=train, steps=steps,
-                           budget=budget, flops_convention=cfg.flops_convention, exec=exec_spec)
+            spec = RunSpec(sweep=cfg.name, model=cell.model, data=data, train=train,
+                           steps=steps, budget=cell.budget,
+                           flops_convention=cfg.flops_convention, exec=exec_spec, role=role)
             if spec.run_id in seen:
                 skipped.append(Skipped(label, f"duplicate of {seen[spec.run_id]}"))
                 continue
             seen[spec.run_id] = label
             specs.append(spec)
+    return specs
+
+
+def _share_trunks(specs: list[RunSpec]) -> list[RunSpec]:
+    """WSD reuse: in each group of wsd runs that differ only in length, the longest is the
+    trunk and keeps its state where each shorter run's decay begins; those start there.
+
+    A shorter run whose decay would begin at step 0 trains alone.
+    """
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, s in enumerate(specs):
+        if s.train.schedule == "wsd":
+            groups[(s.model, s.data, s.train, s.role)].append(i)
+    out = list(specs)
+    for members in groups.values():
+        trunk = max(members, key=lambda i: (specs[i].steps, i))
+        points: list[int] = []
+        for i in members:
+            s = specs[i]
+            start = s.train.decay_start(s.steps)
+            if i == trunk or start <= 0:
+                continue
+            points.append(start)
+            out[i] = replace(s, exec=replace(s.exec, branch_from=specs[trunk].run_id,
+                                             branch_step=start))
+        if points:
+            t = specs[trunk]
+            out[trunk] = replace(t, exec=replace(t.exec, branch_steps=tuple(sorted(set(points)))))
+    return out
+
+
+def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path | str = ".",
+                 vocab_size: int | None = None) -> Plan:
+    """The held-out runs: for each held-out budget C, the `count` ladder sizes nearest in
+    log N to n_opt[C], the compute-optimal N that the fit of the main budgets predicts."""
+    assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
+    vocab = vocab_size or vocab_size_for(cfg)
+    if vocab is None:
+        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    ladder = _ladder(cfg, _rule(cfg), vocab)
+    skipped: list[Skipped] = []
+    cells: list[_Cell] = []
+    for budget in cfg.isoflop.holdout.budgets:
+        target = math.log(n_opt[budget])
+        nearest = sorted(range(len(ladder)), key=lambda j: (
+            abs(math.log(flops.params_total(ladder[j])) - target), j))
+        for j in sorted(nearest[: cfg.isoflop.holdout.count]):
+            m = ladder[j]
+            cells.append(_Cell(m, flops.tokens_for_budget(m, budget, cfg.flops_convention),
+                               budget, tuple(cfg.train.seeds)))
+    specs = _specs(cfg, data_spec_for(cfg, sweep_path), cells, skipped, role="holdout")
     return Plan(specs, skipped)

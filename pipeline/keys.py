@@ -38,6 +38,13 @@ TAG_RESUMED_FROM = "resumed_from_step"  # checkpoint step the last attempt start
 TAG_DATA_FINGERPRINT = "data_fingerprint"  # sha256 of corpus + tokenizer + split: the tokens
 TAG_CORPUS_FINGERPRINT = "corpus_fingerprint"  # sha256 of the corpus files alone
 TAG_ERROR = "error"  # one-line reason of a failure (the traceback is an artifact)
+TAG_ROLE = "role"  # ROLE_MAIN (fitted) or ROLE_HOLDOUT (kept out of every fit, predicted)
+TAG_BRANCH_OF = "branch_of"  # WSD reuse: run_id of the trunk whose stable-phase state it starts from
+TAG_BRANCH_STEP = "branch_step"  # WSD reuse: the trunk step this run was branched at
+
+ROLE_MAIN = "main"
+ROLE_HOLDOUT = "holdout"
+ROLES = (ROLE_MAIN, ROLE_HOLDOUT)
 
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pipeline.families import ModelConfig
@@ -66,6 +67,10 @@ class TrainSpec:
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
 
+    def decay_start(self, steps: int) -> int:
+        """wsd: the first step of the final decay of a run of `steps` steps."""
+        return steps - max(1, round(self.decay_fraction * steps))
+
     def resolved_eval_interval(self, steps: int) -> int:
         if self.eval_interval > 0:
             return self.eval_interval
@@ -84,6 +89,14 @@ class ExecSpec:
     """Save a checkpoint every this many steps (0: only at the end)."""
     log_interval: int = 10
     """Log training loss every this many steps (one host sync per interval)."""
+    branch_steps: tuple[int, ...] = ()
+    """WSD reuse, on a trunk: also keep its state at these stable-phase steps, for branches."""
+    branch_from: str = ""
+    """WSD reuse, on a branch: run_id of the trunk whose state at branch_step this run starts
+    from. The result equals training from scratch bit for bit (same schedule up to that step,
+    batches a function of (seed, step)); only the compute differs."""
+    branch_step: int = 0
+    """WSD reuse, on a branch: the trunk step it starts from (where its own decay begins)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,9 @@ class RunSpec:
     flops_convention: str = "exact"
     """The FLOP convention used to turn the budget into tokens."""
     exec: ExecSpec = field(default_factory=ExecSpec)
+    role: str = "main"
+    """"main" (fitted) or "holdout" (kept out of every fit, to check its prediction). Not part
+    of run_id: the same run is the same run whatever it is used for."""
 
     @property
     def tokens(self) -> int:
@@ -111,6 +127,7 @@ class RunSpec:
         d = asdict(self)
         d.pop("exec")
         d.pop("sweep")  # the same run in two sweeps is the same run
+        d.pop("role")
         return d
 
     @property
@@ -128,8 +145,20 @@ class RunSpec:
             sweep=d["sweep"], model=ModelConfig(**d["model"]), data=DataSpec(**d["data"]),
             train=TrainSpec(**d["train"]), steps=d["steps"], budget=d.get("budget"),
             flops_convention=d.get("flops_convention", "exact"),
-            exec=ExecSpec(**d.get("exec", {})),
+            exec=_exec_spec(d.get("exec", {})), role=d.get("role", "main"),
         )
+
+
+def _exec_spec(d: dict) -> ExecSpec:
+    d = dict(d)
+    d["branch_steps"] = tuple(d.get("branch_steps", ()))  # JSON gives a list
+    return ExecSpec(**d)
+
+
+def branch_folder(trunk_checkpoint_dir: str | Path, step: int) -> Path:
+    """Where a WSD trunk keeps its state at `step` for the branches that start there (a
+    folder of its own: the rolling pruning of the trunk's checkpoints never touches it)."""
+    return Path(trunk_checkpoint_dir) / f"branch_{step:08d}"
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, object]:

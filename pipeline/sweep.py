@@ -32,8 +32,8 @@ from rich.table import Table
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
 from pipeline.data import TokenData
-from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
-from pipeline.spec import RunSpec
+from pipeline.grid import Plan, data_spec_for, expand, plan_holdout, vocab_size_for
+from pipeline.spec import RunSpec, branch_folder
 
 # Plain logs (CI, files) get wide lines instead of rich's 80-column default.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -51,34 +51,58 @@ def _dur(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def _trained_flops(spec: RunSpec) -> float:
+    """Exact FLOPs a run trains itself: a WSD branch only from its branch step (the steps
+    before are its trunk's)."""
+    c = flops.training_flops(spec.model, spec.tokens, "exact")
+    return c * (1 - spec.exec.branch_step / spec.steps)
+
+
 def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
                slots: int) -> None:
     table = Table(title=f"sweep {cfg.name!r}: {len(plan.specs)} runs ({cfg.kind}, "
                         f"{cfg.family}, C under {cfg.flops_convention!r})")
     for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb", "tokens D",
-                "D/N", "steps", "FLOPs (exact)", "est. time"):
-        table.add_column(col, justify="right" if col != "run_id" else "left")
-    total_flops = total_time = 0.0
+                "D/N", "steps", "FLOPs (exact)", "est. time", "notes"):
+        table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
+    total_flops = total_time = trained_flops = 0.0
     for s in plan.specs:
         m, n = s.model, flops.params_total(s.model)
         c = flops.training_flops(m, s.tokens, "exact")
+        trained = _trained_flops(s)
         total_flops += c
+        trained_flops += trained
         est = estimate.get(s.run_id, math.nan) if estimate else math.nan
-        total_time += est
+        total_time += est * trained / c
+        notes = [f"seed {s.train.seed}"] if s.train.seed else []
+        if len(cfg.train.schedule_list()) > 1:
+            notes.append(s.train.schedule)
+        if s.role != keys.ROLE_MAIN:
+            notes.append(s.role)
+        if s.exec.branch_from:
+            notes.append(f"from {s.exec.branch_from[:6]} at step {s.exec.branch_step}")
         table.add_row(
             s.run_id, _fmt(s.budget) if s.budget else "-",
             f"{m.n_layer}/{m.d_model}/{m.n_heads}/{m.n_kv_heads}", f"{n:,}",
             f"{flops.params_non_embedding(m):,}", f"{s.tokens:,}", f"{s.tokens / n:.1f}",
-            str(s.steps), _fmt(c), _dur(est),
+            str(s.steps), _fmt(c), _dur(est * trained / c), ", ".join(notes),
         )
     console.print(table)
     for sk in plan.skipped:
         console.print(f"[yellow]skipped[/] {sk.label}: {sk.reason}")
     line = f"total: {len(plan.specs)} runs, {_fmt(total_flops)} FLOPs (exact)"
+    if trained_flops < total_flops:
+        line += (f", of which {_fmt(trained_flops)} trained (WSD branches start from their "
+                 f"trunk: {1 - trained_flops / total_flops:.0%} saved)")
     if estimate:
         line += (f", {_dur(total_time)} of run time, about {_dur(total_time / slots)} wall "
                  f"with {slots} run(s) at a time (calibrated on this machine)")
     console.print(line)
+    holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
+    if holdout is not None and all(s.role == keys.ROLE_MAIN for s in plan.specs):
+        console.print(f"then held-out budget(s) {', '.join(_fmt(b) for b in holdout.budgets)}: "
+                      f"{holdout.count} size(s) each at the N_opt that Approach 2 predicts from "
+                      "the runs above, planned once they are done")
 
 
 @dataclass
@@ -163,7 +187,7 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
         ledger.mark(parent, "finished", "FINISHED")
         return results
 
-    progress.flops_left = sum(flops.training_flops(s.model, s.tokens, "exact") for s, _ in todo)
+    progress.flops_left = sum(_trained_flops(s) for s, _ in todo)
     _init_ray(address, cpus)
     res = cfg.resources
     # Device placement follows what Ray assigned: with num_gpus > 0 Ray sets
@@ -187,10 +211,26 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
                                               "n_train_docs", "n_val_docs")}
         shipped = (meta, ray.put(np.asarray(data.train)), ray.put(np.asarray(data.val)))
     pending = {}
-    for spec, mlflow_run_id in todo:
+
+    def submit(spec: RunSpec, mlflow_run_id: str) -> None:
         ckpt = str(checkpoint_root / cfg.name / spec.run_id)
-        ref = task.remote(spec.to_dict(), uri, mlflow_run_id, ckpt, data.fingerprint, *shipped)
+        branch_dir = None
+        if spec.exec.branch_from:
+            branch_dir = str(branch_folder(checkpoint_root / cfg.name / spec.exec.branch_from,
+                                           spec.exec.branch_step))
+        ref = task.remote(spec.to_dict(), uri, mlflow_run_id, ckpt, data.fingerprint, *shipped,
+                          branch_dir=branch_dir)
         pending[ref] = (spec, mlflow_run_id)
+
+    # WSD branches wait for their trunk (the state they start from is saved as it trains);
+    # a branch whose trunk is already in the ledger starts at once.
+    in_todo = {spec.run_id for spec, _ in todo}
+    waiting: dict[str, list[tuple[RunSpec, str]]] = defaultdict(list)
+    for spec, mlflow_run_id in todo:
+        if spec.exec.branch_from in in_todo:
+            waiting[spec.exec.branch_from].append((spec, mlflow_run_id))
+        else:
+            submit(spec, mlflow_run_id)
     by_budget: dict[str, list[float]] = defaultdict(list)
     last_line = 0.0
     try:
@@ -199,7 +239,7 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
             progress.running = min(len(pending), slots)
             for ref in ready:
                 spec, mlflow_run_id = pending.pop(ref)
-                progress.flops_left -= flops.training_flops(spec.model, spec.tokens, "exact")
+                progress.flops_left -= _trained_flops(spec)
                 try:
                     out = ray.get(ref)
                 except (ray.exceptions.RayError, Exception) as e:  # noqa: BLE001
@@ -209,6 +249,8 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
                     ledger.mark(mlflow_run_id, keys.STATUS_FAILED, "FAILED")
                 results[spec.run_id] = out
                 _report_one(spec, out, progress, by_budget)
+                for branch in waiting.pop(spec.run_id, []):
+                    submit(*branch)  # whatever the trunk's outcome: see train._branch_state
             if time.monotonic() - last_line > 30 or ready:
                 console.print(progress.line())
                 last_line = time.monotonic()
@@ -218,6 +260,9 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
         for ref, (_spec, mlflow_run_id) in pending.items():
             ray.cancel(ref, force=True)
             ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
+        for branches in waiting.values():
+            for _spec, mlflow_run_id in branches:
+                ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
         ledger.mark(parent, keys.STATUS_KILLED, "KILLED")
         raise
     finally:
@@ -293,7 +338,7 @@ def _report_one(spec: RunSpec, out: dict, progress: Progress,
     if status == keys.STATUS_FINISHED:
         progress.done += 1
         loss = out["final_val_loss"]
-        progress.flops_done += out["flops"]["exact"]
+        progress.flops_done += _trained_flops(spec)
         budget = _fmt(spec.budget) if spec.budget else "-"
         progress.best[budget] = min(progress.best.get(budget, math.inf), loss)
         by_budget[budget].append(loss)
@@ -406,6 +451,19 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
                         checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
+    holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
+    if holdout is not None:
+        try:
+            h_plan = holdout_plan(cfg, args.sweep_file, vocab, uri)
+        except HoldoutError as e:
+            console.print(f"[red]held-out budgets not run[/]: {e}")
+            results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
+        else:
+            print_plan(cfg, h_plan, None, slots)
+            results.update(run_sweep(cfg, h_plan, data, address=args.address, uri=uri,
+                                     checkpoint_root=Path(args.checkpoint_dir).resolve(),
+                                     cpus=args.cpus))
+            plan = Plan(plan.specs + h_plan.specs, plan.skipped + h_plan.skipped)
     summary(results, plan)
     failed = [r for r in results.values() if r.get("status") == keys.STATUS_FAILED]
     look = (f"open {uri} in a browser" if uri.startswith(("http://", "https://"))
@@ -415,6 +473,42 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         _report(cfg.name, uri, args.sweep_file)
     return 1 if failed else 0
+
+
+class HoldoutError(RuntimeError):
+    """The held-out runs cannot be planned (the main budgets give no fit)."""
+
+
+def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Plan:
+    """The held-out runs, at the size that the main budgets' fit predicts optimal.
+
+    The predictor is Approach 2 (IsoFLOP parabolas -> N_opt = k C^a), fitted on the main
+    runs in the ledger with C under the sweep's planning convention, so N_opt(C) is read at
+    the held-out budget in the same units. Its N_opt is a plan, not a result: the report
+    compares the held-out loss with what every fit predicts for the size actually trained.
+    """
+    from analysis.approach2 import fit_approach2
+    from analysis.errors import AnalysisError
+    from analysis.load import load_sweep as load_runs
+
+    assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
+    try:
+        runs = load_runs(cfg.name, tracking_uri=uri, flops_convention=cfg.flops_convention,
+                         with_curves=False, log=lambda _m: None).runs
+    except AnalysisError as e:
+        raise HoldoutError(f"cannot load the main runs: {e}") from e
+    frame = runs.frame
+    main = frame[frame["role"] != keys.ROLE_HOLDOUT] if "role" in frame else frame
+    try:
+        fit = fit_approach2(*(main[k].to_numpy(float) for k in ("N", "D", "C", "loss", "budget")))
+    except AnalysisError as e:
+        raise HoldoutError(f"Approach 2 cannot be fitted on the main budgets, so there is no "
+                           f"predicted optimum to train at: {e}") from e
+    n_opt = {c: float(fit.n_opt(c)) for c in cfg.isoflop.holdout.budgets}
+    for c, n in n_opt.items():
+        console.print(f"held-out budget C={_fmt(c)}: Approach 2 on the main budgets "
+                      f"(a = {fit.a:.3f}) predicts N_opt = {n:,.0f}")
+    return plan_holdout(cfg, n_opt, sweep_file, vocab)
 
 
 def _data_for(cfg: SweepConfig, sweep_file: str, load_data):

@@ -156,8 +156,11 @@ class Ledger:
             keys.TAG_KIND: "trial", keys.TAG_SWEEP: spec.sweep, keys.TAG_RUN_ID: spec.run_id,
             keys.TAG_FAMILY: spec.model.family,
             keys.TAG_BUDGET: "" if spec.budget is None else f"{spec.budget:.6g}",
-            keys.TAG_STATUS: "queued", keys.TAG_ATTEMPTS: "0",
+            keys.TAG_STATUS: "queued", keys.TAG_ATTEMPTS: "0", keys.TAG_ROLE: spec.role,
         }
+        if spec.exec.branch_from:
+            tags[keys.TAG_BRANCH_OF] = spec.exec.branch_from
+            tags[keys.TAG_BRANCH_STEP] = str(spec.exec.branch_step)
         if parent_run_id:
             tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
         name = f"{spec.model.family}-L{spec.model.n_layer}-d{spec.model.d_model}-{spec.run_id[:6]}"

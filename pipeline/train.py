@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ import torch
 from pipeline import checkpoint, flops, keys
 from pipeline.data import DataConfig, TokenData, eval_batches, get_batch, prepare_data
 from pipeline.model import Transformer
-from pipeline.spec import DataSpec, RunSpec
+from pipeline.spec import DataSpec, RunSpec, branch_folder
 
 
 class Tracker(Protocol):
@@ -95,7 +96,7 @@ def lr_at(step: int, spec: RunSpec) -> float:
     if t.schedule == "constant":
         return peak
     if t.schedule == "wsd":
-        decay_start = n - max(1, round(t.decay_fraction * n))
+        decay_start = t.decay_start(n)
         if step < decay_start:
             return peak
         frac = (step - decay_start + 1) / max(1, n - decay_start)
@@ -140,6 +141,24 @@ def evaluate(model: Transformer, batches, spec: RunSpec, device: torch.device) -
     return (total / len(batches)).item()
 
 
+def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:
+    """The trunk's state a WSD branch starts from, checked; None (with a warning) if absent.
+
+    Absent (the trunk's checkpoints were deleted, or it ran elsewhere): the branch trains
+    from step 0, which gives the same result bit for bit, only at full cost.
+    """
+    state = checkpoint.load_latest(branch_dir, map_location="cpu")
+    if state is None:
+        warnings.warn(f"run {spec.run_id}: no trunk state in {branch_dir} (trunk "
+                      f"{spec.exec.branch_from}); training from step 0 instead (same result, "
+                      "full cost)", stacklevel=2)
+        return None
+    if int(state["step"]) != spec.exec.branch_step:
+        raise ValueError(f"run {spec.run_id}: the trunk state in {branch_dir} is at step "
+                         f"{state['step']}, the branch starts at {spec.exec.branch_step}")
+    return state
+
+
 def load_data(d: DataSpec, cache_dir: str | None = None) -> TokenData:
     """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped)."""
     return prepare_data(DataConfig(
@@ -156,11 +175,14 @@ def train(
     resume: bool = True,
     data: TokenData | None = None,
     on_step: Callable[[int], None] | None = None,
+    branch_dir: str | Path | None = None,
 ) -> RunResult:
     """Train one run to spec.steps steps (or until divergence) and return its result.
 
     checkpoint_dir: where checkpoints go (none are written when None). With resume=True the
-    newest good checkpoint there is loaded first. on_step(step) is called after every
+    newest good checkpoint there is loaded first. branch_dir (WSD reuse, a branch run): with
+    no checkpoint of its own, the run starts from the trunk's state saved there at step
+    spec.exec.branch_step (see branch_folder). on_step(step) is called after every
     optimizer step, once its eval and checkpoint (if due) are done (used by fault-injection
     tests and progress reporting).
     """
@@ -203,11 +225,22 @@ def train(
             curve = {k: list(v) for k, v in state["curve"].items()}
             wall_before = float(state["wall_s"])
             last_train_loss = float(state.get("train_loss", math.nan))
+    if start_step == 0 and branch_dir is not None:
+        state = _branch_state(branch_dir, spec)
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["rng"])
+            start_step = resumed_from = int(state["step"])
+            curve = {k: list(v) for k, v in state["curve"].items()}
+            wall_before = float(state["wall_s"])
+            last_train_loss = float(state.get("train_loss", math.nan))
+    branch_steps = set(spec.exec.branch_steps)
 
-    def save_checkpoint(step: int, wall: float) -> None:
-        if checkpoint_dir is None:
+    def save_checkpoint(step: int, wall: float, folder: str | Path | None = checkpoint_dir) -> None:
+        if folder is None:
             return
-        checkpoint.save(checkpoint_dir, step, {
+        checkpoint.save(folder, step, {
             "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "rng": torch.get_rng_state(), "step": step, "curve": curve, "wall_s": wall,
             "train_loss": last_train_loss, "run_id": spec.run_id,
@@ -271,6 +304,11 @@ def train(
             record_eval(done)
         if checkpoint_due:
             save_checkpoint(done, wall_before + time.perf_counter() - t0)
+        if done in branch_steps and checkpoint_dir is not None:
+            # A trunk's state where a WSD branch's decay begins: its own folder, so the
+            # rolling KEEP-newest pruning of the run's checkpoints never removes it.
+            save_checkpoint(done, wall_before + time.perf_counter() - t0,
+                            branch_folder(checkpoint_dir, done))
         if on_step is not None:  # after the step is recorded: a failure here loses nothing
             on_step(done)
 

@@ -86,8 +86,9 @@ def _step_hooks(spec: RunSpec):
 
 
 def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: str,
-                  data: TokenData | None = None) -> dict:
-    """Train spec (resuming from checkpoint_dir) and record the outcome; returns a summary."""
+                  data: TokenData | None = None, branch_dir: str | None = None) -> dict:
+    """Train spec (resuming from checkpoint_dir; a WSD branch starting from the trunk's state
+    in branch_dir) and record the outcome; returns a summary."""
     delay = float(os.environ.get(START_DELAY_ENV) or 0)
     if delay > 0:
         time.sleep(delay)
@@ -103,7 +104,7 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
                       "worker_pid": str(os.getpid())})
     try:
         result = train(spec, tracker, checkpoint_dir=checkpoint_dir, resume=True,
-                       data=data, on_step=_step_hooks(spec))
+                       data=data, on_step=_step_hooks(spec), branch_dir=branch_dir)
     except KeyboardInterrupt:
         tracker.end(keys.STATUS_KILLED)
         raise
@@ -126,7 +127,7 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
 def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str,
               fingerprint: str, data_meta: dict | None = None,
               train_tokens: np.ndarray | None = None,
-              val_tokens: np.ndarray | None = None) -> dict:
+              val_tokens: np.ndarray | None = None, branch_dir: str | None = None) -> dict:
     """Entry point of a sweep's Ray task (plain data in, plain data out).
 
     Tokens reach the worker one of two ways, both checked against the driver's fingerprint:
@@ -144,4 +145,5 @@ def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str
             f"token data on this worker has fingerprint {data.fingerprint[:12]}, the driver's "
             f"is {fingerprint[:12]}: the corpus differs between machines"
         )
-    return execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=data)
+    return execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=data,
+                         branch_dir=branch_dir)

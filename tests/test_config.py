@@ -93,7 +93,7 @@ BAD_SWEEPS: dict[str, tuple[str, ...]] = {
     "depth_over_max.yaml": ("isoflop.sizes.depths[2]:", "max_depth=64", "(got 80)"),
     "count_in_grid.yaml": ("grid.sizes.count: is for isoflop sweeps only", "(got 3)"),
     "odd_head_dim.yaml": ("shape.head_dim: must be even (got 7)",),
-    "ignored_setting.yaml": ("train.decay_fraction: is ignored with schedule 'cosine'",
+    "ignored_setting.yaml": ("train.decay_fraction: is ignored without schedule 'wsd' (schedule 'cosine')",
                              "(got 0.3)"),
     "section_not_mapping.yaml": ("train: must be a mapping", "(got ['batch_size', 16])"),
     "multiple_documents.yaml": ("multiple_documents.yaml:12:", "single document"),
@@ -666,7 +666,8 @@ def test_docs_list_every_sweep_field() -> None:
 
     text = (Path(__file__).parent.parent / "docs" / "sweeps.md").read_text()
     sections = (c.ShapeSection, c.DataSection, c.TrainSection, c.ResourcesSection,
-                c.SizesSection, c.SweepConfig)
+                c.SizesSection, c.IsoflopSection, c.ReplicatesSection, c.HoldoutSection,
+                c.SweepConfig)
     missing = [f"{m.__name__}.{name}" for m in sections for name in m.model_fields
                if f"`{name}`" not in text and f"{name}:" not in text]
     assert not missing, f"undocumented sweep keys: {missing}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -153,3 +154,50 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
                and r.data.tags.get(keys.TAG_RESUMED_FROM)]
     assert resumed, "no interrupted run resumed from a checkpoint"
     assert all(int(r.data.tags[keys.TAG_RESUMED_FROM]) % 100 == 0 for r in resumed)
+
+
+WSD = """
+name: wsd
+kind: grid
+family: gpt
+shape: {head_dim: 8}
+data: {corpus: stdlib, max_bytes: 400000, seq_len: 32}
+train:
+  batch_size: 4
+  lr: 3.0e-3
+  schedules: [cosine, wsd]
+  wsd_reuse: true
+  evals_per_run: 2
+  eval_batches: 2
+resources: {num_cpus: 1}
+grid:
+  sizes: {shapes: [{n_layer: 1, d_model: 8}]}
+  tokens: [3200, 12800]
+"""
+
+
+def test_wsd_branch_runs_after_its_trunk_and_equals_training_alone(tmp_path: Path) -> None:
+    """Through Ray and the ledger: the short WSD run starts from the long one's stable phase,
+    and its loss is the loss of the same spec trained alone, bit for bit."""
+    from pipeline.spec import RunSpec
+    from pipeline.train import train
+
+    sweep = tmp_path / "wsd.yaml"
+    sweep.write_text(WSD)
+    done = _sweep(tmp_path, sweep)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "WSD branches start from their trunk" in done.stdout
+    runs = {r.data.tags[keys.TAG_RUN_ID]: r for r in _trials(tmp_path, "wsd")}
+    assert len(runs) == 4
+    branches = [r for r in runs.values() if r.data.tags.get(keys.TAG_BRANCH_OF)]
+    (branch,) = branches
+    tags = branch.data.tags
+    trunk = runs[tags[keys.TAG_BRANCH_OF]]
+    assert trunk.data.params["train.schedule"] == "wsd"
+    assert tags[keys.TAG_RESUMED_FROM] == tags[keys.TAG_BRANCH_STEP] == "20"  # 25 steps, 20% decay
+    assert tags[keys.TAG_ROLE] == keys.ROLE_MAIN
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    path = client.download_artifacts(branch.info.run_id, keys.SPEC_ARTIFACT, str(tmp_path))
+    spec = RunSpec.from_dict(json.loads(Path(path).read_text()))
+    alone = train(spec)
+    assert alone.final_val_loss == branch.data.metrics[keys.FINAL_VAL_LOSS]

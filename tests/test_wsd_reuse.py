@@ -1,0 +1,235 @@
+"""WSD branch reuse, seed replicates and held-out budgets: planning and training (no Ray)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from pipeline import flops, keys
+from pipeline.config import SweepError, load_sweep
+from pipeline.data import CACHE_ENV
+from pipeline.grid import _ladder, _rule, expand, plan_holdout
+from pipeline.spec import RunSpec, branch_folder
+from pipeline.train import load_data, train
+
+BASE = {
+    "name": "w", "kind": "grid", "family": "gpt",
+    "shape": {"knob": "width", "head_dim": 8, "aspect_ratio": 16},
+    "data": {"corpus": "stdlib", "max_bytes": 300_000, "seq_len": 32},
+    "train": {"batch_size": 4, "lr": 3e-3, "schedules": ["cosine", "wsd"],
+              "wsd_reuse": True, "evals_per_run": 2, "eval_batches": 2},
+    "grid": {"sizes": {"widths": [1]}, "tokens": [3200, 6400, 12800]},
+}
+
+
+def _write(tmp_path: Path, doc: dict) -> Path:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _plan(tmp_path: Path, doc: dict):
+    path = _write(tmp_path, doc)
+    return expand(load_sweep(path), path)
+
+
+def _with(section: str, **changes: object) -> dict:
+    doc = {k: (dict(v) if isinstance(v, dict) else v) for k, v in BASE.items()}
+    doc[section] = {**doc[section], **changes}
+    return doc
+
+
+# --- planning ------------------------------------------------------------------------------
+
+
+def test_wsd_runs_of_one_shape_share_the_longest_as_trunk(tmp_path: Path) -> None:
+    specs = _plan(tmp_path, BASE).specs
+    wsd = sorted((s for s in specs if s.train.schedule == "wsd"), key=lambda s: s.steps)
+    cosine = [s for s in specs if s.train.schedule == "cosine"]
+    assert [s.steps for s in wsd] == [25, 50, 100] and len(cosine) == 3
+    trunk = wsd[-1]
+    # Each branch starts where its own decay begins (20% of its steps), from the trunk.
+    assert [(s.exec.branch_from, s.exec.branch_step) for s in wsd[:2]] == [
+        (trunk.run_id, 20), (trunk.run_id, 40)]
+    assert trunk.exec.branch_steps == (20, 40) and not trunk.exec.branch_from
+    # Warmup follows the trunk so the schedules agree up to every branch point...
+    assert {s.train.warmup_steps for s in wsd} == {int(0.05 * 100)}
+    # ...while cosine runs keep their own warmup and never branch.
+    assert [s.train.warmup_steps for s in sorted(cosine, key=lambda s: s.steps)] == [1, 2, 5]
+    assert all(not s.exec.branch_from and not s.exec.branch_steps for s in cosine)
+
+
+def test_branching_does_not_change_run_ids(tmp_path: Path) -> None:
+    """run_id is what is trained: a branch is the same run as the same spec trained alone."""
+    shared = _plan(tmp_path, BASE).specs
+    for s in shared:
+        alone = dataclasses.replace(s, exec=dataclasses.replace(
+            s.exec, branch_from="", branch_step=0, branch_steps=()))
+        assert alone.run_id == s.run_id
+    assert RunSpec.from_dict(shared[1].to_dict()) == shared[1]
+
+
+@pytest.mark.parametrize(("section", "changes", "message"), [
+    ("train", {"schedules": None, "schedule": "cosine"},
+     "train.wsd_reuse: is ignored without schedule 'wsd' (schedule 'cosine'); remove it"),
+    ("train", {"schedule": "wsd"}, "train.schedule: is replaced by schedules"),
+    ("train", {"schedules": ["wsd", "wsd"]}, "train.schedules[1]: duplicate"),
+])
+def test_bad_wsd_settings_are_refused(tmp_path: Path, section: str, changes: dict,
+                                      message: str) -> None:
+    doc = _with(section, **changes)
+    doc[section] = {k: v for k, v in doc[section].items() if v is not None}
+    with pytest.raises(SweepError) as err:
+        load_sweep(_write(tmp_path, doc))
+    assert message in str(err.value)
+    assert str(tmp_path / "sweep.yaml") in str(err.value)
+
+
+ISO = {
+    "name": "iso", "kind": "isoflop", "family": "gpt",
+    "shape": {"knob": "width", "head_dim": 8, "aspect_ratio": 16},
+    "data": {"corpus": "stdlib", "max_bytes": 300_000, "seq_len": 32},
+    "train": {"batch_size": 4, "lr": 3e-3},
+    "isoflop": {"budgets": [3e9, 6e9], "sizes": {"widths": [1, 2]},
+                "replicates": {"seeds": [1, 2], "budgets": [6e9]},
+                "holdout": {"budgets": [2e10], "count": 2}},
+}
+
+
+def _iso(**isoflop: object) -> dict:
+    return {**ISO, "isoflop": {**ISO["isoflop"], **isoflop}}
+
+
+def test_replicates_add_seeds_to_their_budgets_only(tmp_path: Path) -> None:
+    cfg = load_sweep(_write(tmp_path, ISO))
+    specs = expand(cfg, tmp_path / "sweep.yaml").specs
+    seeds = sorted((s.budget, s.model.d_model, s.train.seed) for s in specs)
+    assert seeds == [(3e9, 8, 0), (3e9, 16, 0),
+                     (6e9, 8, 0), (6e9, 8, 1), (6e9, 8, 2), (6e9, 16, 0), (6e9, 16, 1),
+                     (6e9, 16, 2)]
+    assert cfg.planned_runs() == len(specs)
+    assert all(s.role == keys.ROLE_MAIN for s in specs)  # held-out runs come later
+
+
+@pytest.mark.parametrize(("isoflop", "message"), [
+    ({"replicates": {"seeds": [1], "budgets": [5e9]}},
+     "isoflop.replicates.budgets[0]: is not one of budgets [3000000000.0, 6000000000.0] "
+     "(got 5000000000.0)"),
+    ({"replicates": {"seeds": [0], "budgets": [6e9]}},
+     "isoflop.replicates.seeds[0]: is already one of train.seeds [0] (got 0)"),
+    ({"holdout": {"budgets": [6e9]}},
+     "isoflop.holdout.budgets[0]: is also a main budget"),
+    ({"holdout": {"budgets": [2e10], "count": 0}}, "isoflop.holdout.count"),
+])
+def test_bad_replicates_and_holdout_are_refused(tmp_path: Path, isoflop: dict,
+                                                message: str) -> None:
+    with pytest.raises(SweepError) as err:
+        load_sweep(_write(tmp_path, _iso(**isoflop)))
+    assert message in str(err.value)
+
+
+def test_holdout_runs_sit_at_the_predicted_optimum(tmp_path: Path) -> None:
+    cfg = load_sweep(_write(tmp_path, ISO))
+    n_opt = 14_000.0
+    plan = plan_holdout(cfg, {2e10: n_opt}, tmp_path / "sweep.yaml")
+    assert {s.role for s in plan.specs} == {keys.ROLE_HOLDOUT}
+    assert len(plan.specs) == 2 and all(s.budget == 2e10 for s in plan.specs)
+    # count 2: the two rungs of the ladder nearest to N_opt in log N.
+    ladder = sorted(flops.params_total(m) for m in _ladder(cfg, _rule(cfg), 256))
+    nearest = sorted(ladder, key=lambda n: abs(math.log(n / n_opt)))[:2]
+    assert sorted(flops.params_total(s.model) for s in plan.specs) == sorted(nearest)
+    for s in plan.specs:  # achieved compute on the budget, under the sweep's convention
+        assert flops.training_flops(s.model, s.tokens, "exact") == pytest.approx(2e10, rel=0.01)
+
+
+# --- training: a branch equals the same run trained alone, bit for bit -----------------------
+
+
+@pytest.fixture()
+def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> str:
+    folder = str(tmp_path_factory.getbasetemp() / "wsd-token-cache")
+    monkeypatch.setenv(CACHE_ENV, folder)
+    return folder
+
+
+def test_branch_from_trunk_equals_training_alone(tmp_path: Path, _cache: str) -> None:
+    specs = _plan(tmp_path, BASE).specs
+    wsd = sorted((s for s in specs if s.train.schedule == "wsd"), key=lambda s: s.steps)
+    branch, trunk = wsd[0], wsd[-1]
+    data = load_data(trunk.data, cache_dir=_cache)
+    trunk_dir = tmp_path / "ckpt" / trunk.run_id
+    train(trunk, checkpoint_dir=trunk_dir, data=data)
+    kept = branch_folder(trunk_dir, branch.exec.branch_step)
+    assert kept.is_dir()  # kept apart from the trunk's rolling checkpoints
+
+    steps_trained: list[int] = []
+    branched = train(branch, checkpoint_dir=tmp_path / "ckpt" / branch.run_id, data=data,
+                     branch_dir=kept, on_step=steps_trained.append)
+    alone = train(branch, data=data)
+    assert branched.resumed_from == branch.exec.branch_step
+    assert steps_trained[0] == branch.exec.branch_step + 1  # only the decay was trained
+    assert branched.final_val_loss == alone.final_val_loss
+    assert branched.final_train_loss == alone.final_train_loss
+
+
+def test_branch_without_trunk_state_trains_alone_and_warns(tmp_path: Path, _cache: str) -> None:
+    specs = _plan(tmp_path, BASE).specs
+    branch = min((s for s in specs if s.train.schedule == "wsd"), key=lambda s: s.steps)
+    data = load_data(branch.data, cache_dir=_cache)
+    with pytest.warns(UserWarning, match="no trunk state in .*training from step 0"):
+        result = train(branch, data=data, branch_dir=tmp_path / "missing")
+    assert result.resumed_from is None
+    assert result.final_val_loss == train(branch, data=data).final_val_loss
+
+
+def test_branch_state_at_the_wrong_step_is_an_error(tmp_path: Path, _cache: str) -> None:
+    specs = _plan(tmp_path, BASE).specs
+    wsd = sorted((s for s in specs if s.train.schedule == "wsd"), key=lambda s: s.steps)
+    data = load_data(wsd[0].data, cache_dir=_cache)
+    trunk_dir = tmp_path / "trunk"
+    train(wsd[-1], checkpoint_dir=trunk_dir, data=data)
+    wrong = branch_folder(trunk_dir, wsd[1].exec.branch_step)  # the 2x run's branch point
+    with pytest.raises(ValueError, match=r"is at step 40, the branch starts at 20"):
+        train(wsd[0], data=data, branch_dir=wrong)
+
+
+# --- the driver's held-out planning from the main runs --------------------------------------
+
+
+def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Synthetic main runs with N_opt = 0.1 * C^0.5: the held-out run lands next to it."""
+    from analysis.runs import runs_from_arrays
+    from pipeline import sweep
+
+    rows = []
+    for c in (1e10, 3e10, 1e11, 3e11):
+        n_opt = 0.1 * math.sqrt(c)
+        for f in (0.25, 0.5, 1.0, 2.0, 4.0):
+            n = n_opt * f
+            rows.append((n, c / (6 * n), c, 2.0 + 0.05 * math.log(f) ** 2, c))
+    n, d, c, loss, budget = (np.array(col) for col in zip(*rows, strict=True))
+    table = runs_from_arrays(n, d, loss, c=c, budget=budget)
+    holdout = pd.Series(keys.ROLE_MAIN, index=table.frame.index)
+    table.frame["role"] = holdout
+
+    class Loaded:
+        runs = table
+
+    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
+    doc = _iso(budgets=[1e10, 3e10, 1e11, 3e11], holdout={"budgets": [1e12], "count": 1},
+               replicates=None)
+    doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
+    cfg = load_sweep(_write(tmp_path, doc))
+    plan = sweep.holdout_plan(cfg, str(tmp_path / "sweep.yaml"), 256, "sqlite:///unused.db")
+    (spec,) = plan.specs
+    predicted = 0.1 * math.sqrt(1e12)
+    # The rung is the ladder's nearest to the predicted 1e5 parameters.
+    assert spec.role == keys.ROLE_HOLDOUT and spec.budget == 1e12
+    assert abs(math.log(flops.params_total(spec.model) / predicted)) < math.log(1.6)

@@ -308,6 +308,9 @@ class TrainSection(Strict):
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
     min_steps: PosInt = 20
     """Cells with fewer optimizer steps are reported as skipped, not trained."""
+    variants: Annotated[list[dict[str, Any]], Field(min_length=1)] | None = None
+    """An ablation: every cell is also trained with each variant, a mapping of the recipe
+    keys above to other values (e.g. {batch_size: 16}), besides the recipe itself."""
 
     @model_validator(mode="after")
     def _check(self) -> TrainSection:
@@ -318,6 +321,7 @@ class TrainSection(Strict):
         if self.schedules is not None and "schedule" in self.model_fields_set:
             problems.append((("schedule",), "is replaced by schedules; give one of them",
                              self.schedule))
+        problems += self._variant_problems()
         if "wsd" not in self.schedule_list():
             problems += _unused(self, ("decay_fraction", "wsd_reuse"),
                                 f"without schedule 'wsd' (schedule {self.schedule!r})"
@@ -331,6 +335,38 @@ class TrainSection(Strict):
 
     def schedule_list(self) -> list[str]:
         return list(self.schedules) if self.schedules is not None else [self.schedule]
+
+    def recipes(self) -> list[TrainSection]:
+        """The recipe, then one per variant (each validated as a whole train section)."""
+        base = self.model_dump(exclude={"variants"}, exclude_unset=True)
+        return [self] + [TrainSection.model_validate({**base, **v}) for v in self.variants or []]
+
+    def _variant_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        out: list[tuple[tuple[str | int, ...], str, object]] = []
+        allowed = sorted(set(TrainSection.model_fields) - VARIANT_EXCLUDED)
+        base = self.model_dump(exclude={"variants"}, exclude_unset=True)
+        for i, variant in enumerate(self.variants or []):
+            bad = [k for k in variant if k not in allowed]
+            for key in bad:
+                out.append((("variants", i, key), "cannot vary here; a variant may set "
+                            f"{', '.join(allowed)}", variant[key]))
+            if bad:
+                continue
+            try:
+                TrainSection.model_validate({**base, **variant})
+            except ValidationError as e:
+                for err in e.errors():
+                    cause = (err.get("ctx") or {}).get("error")
+                    if isinstance(cause, _Problems):
+                        out += [(("variants", i, *loc), msg, v) for loc, msg, v in cause.problems]
+                    else:
+                        out.append((("variants", i, *err["loc"]), err["msg"],
+                                    err.get("input", _NO_VALUE)))
+        return out
+
+
+VARIANT_EXCLUDED = {"variants", "seeds", "lrs", "schedules", "min_steps"}
+"""Train keys a variant cannot set: what multiplies the plan already, and the planner's floor."""
 
 
 class ResourcesSection(Strict):
@@ -581,6 +617,8 @@ class SweepConfig(Strict):
             factors["learning rates"] = len(self.train.lrs)
         if self.train.schedules is not None:
             factors["schedules"] = len(self.train.schedules)
+        if self.train.variants is not None:
+            factors["recipes"] = 1 + len(self.train.variants)
         total = 1
         for n in factors.values():
             total *= n

@@ -209,15 +209,22 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
                 skipped.append(Skipped(f"runs[{i}]", str(e)))
                 continue
             cells.append(_Cell(m, r.tokens, None, seeds))
-    specs = _specs(cfg, data_spec_for(cfg, sweep_path), cells, skipped, role="main")
+    data = data_spec_for(cfg, sweep_path)
+    specs: list[RunSpec] = []
+    seen: dict[str, str] = {}
+    for recipe in cfg.train.recipes():  # the recipe, then each ablation variant
+        specs += _specs(cfg.model_copy(update={"train": recipe}), data, cells, skipped,
+                        role="main", seen=seen)
     if cfg.train.wsd_reuse:
         specs = _share_trunks(specs)
     return Plan(specs, skipped)
 
 
 def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[Skipped],
-           role: str) -> list[RunSpec]:
-    """The RunSpecs of buildable cells x seeds x LRs x schedules; the rest go to skipped."""
+           role: str, seen: dict[str, str] | None = None) -> list[RunSpec]:
+    """The RunSpecs of buildable cells x seeds x LRs x schedules; the rest go to skipped.
+
+    seen: run_id -> label of the runs planned so far (a run planned twice is skipped)."""
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     built: list[tuple[_Cell, int, str]] = []
     longest: dict[ModelConfig, int] = {}  # steps of the longest run per shape (WSD trunks)
@@ -243,7 +250,7 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
 
     t = cfg.train
     specs: list[RunSpec] = []
-    seen: dict[str, str] = {}
+    seen = {} if seen is None else seen
     for cell, steps, label in built:
         for seed, base_lr, schedule in itertools.product(
                 cell.seeds, t.lrs or [t.lr], t.schedule_list()):

@@ -1,4 +1,5 @@
-"""WSD branch reuse, seed replicates and held-out budgets: planning and training (no Ray)."""
+"""Sweep options for a trustworthy law: WSD branch reuse, recipe variants, seed replicates and
+held-out budgets; planning and training (no Ray)."""
 
 from __future__ import annotations
 
@@ -233,3 +234,40 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
     # The rung is the ladder's nearest to the predicted 1e5 parameters.
     assert spec.role == keys.ROLE_HOLDOUT and spec.budget == 1e12
     assert abs(math.log(flops.params_total(spec.model) / predicted)) < math.log(1.6)
+
+
+# --- recipe variants (an ablation) -----------------------------------------------------------
+
+
+def test_variants_train_every_cell_with_each_recipe(tmp_path: Path) -> None:
+    doc = _iso(replicates=None, holdout=None)
+    doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
+    doc["train"] = {**doc["train"], "variants": [{"batch_size": 8}, {"weight_decay": 0.0},
+                                                 {"batch_size": 4}]}
+    cfg = load_sweep(_write(tmp_path, doc))
+    plan = expand(cfg, tmp_path / "sweep.yaml")
+    recipes = sorted({(s.train.batch_size, s.train.weight_decay) for s in plan.specs})
+    # {batch_size: 4} is the recipe itself: planned once, and listed as a duplicate.
+    assert recipes == [(4, 0.0), (4, 0.1), (8, 0.1)]
+    assert len(plan.specs) == 3 * 2 * 2 == cfg.planned_runs() - 2 * 2
+    assert sum("duplicate" in s.reason for s in plan.skipped) == 2 * 2
+    for s in plan.specs:  # the same tokens at every batch size: steps follow
+        assert s.tokens == pytest.approx(flops.tokens_for_budget(s.model, s.budget, "exact"),
+                                         rel=0.01)
+
+
+@pytest.mark.parametrize(("variant", "message"), [
+    ({"bogus": 1}, "train.variants[0].bogus: cannot vary here; a variant may set batch_size"),
+    ({"seeds": [3]}, "train.variants[0].seeds: cannot vary here"),
+    ({"weight_decay": 2}, "train.variants[0].weight_decay: Input should be less than 1 (got 2)"),
+    ({"decay_fraction": 0.3},
+     "train.variants[0].decay_fraction: is ignored without schedule 'wsd'"),
+])
+def test_bad_variants_are_refused_naming_the_variant(tmp_path: Path, variant: dict,
+                                                      message: str) -> None:
+    doc = _iso(replicates=None, holdout=None)
+    doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
+    doc["train"] = {**doc["train"], "variants": [variant]}
+    with pytest.raises(SweepError) as err:
+        load_sweep(_write(tmp_path, doc))
+    assert message in str(err.value)

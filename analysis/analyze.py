@@ -8,13 +8,20 @@
 Each approach is an ``Estimate`` (the typed fit, its point statistics and its bootstrap) or
 a ``Skipped`` with the reason (e.g. "no training curves", "a single compute budget"), so a
 report can show everything that was and was not possible with this sweep.
+
+What is fitted (``analysis.selection``): held-out runs never are; when the sweep has cosine
+and WSD runs only the cosine runs are; seed replicates are averaged into one point per cell
+first. Around the fits: the run-to-run noise from the replicates (``analysis.noise``), the
+residuals against it (``analysis.residuals``), the held-out predictions
+(``analysis.holdout``), the refits under other N/C conventions (``analysis.conventions``)
+and the WSD-vs-cosine pairs (``analysis.schedules``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -22,46 +29,25 @@ import pandas as pd
 from analysis.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
 from analysis.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
 from analysis.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
-from analysis.bootstrap import Bootstrap, Interval
+from analysis.bootstrap import Bootstrap
+from analysis.conventions import ConventionTable, compare_conventions
 from analysis.documented import ComparisonRow, compare
 from analysis.envelope import build_curves
 from analysis.errors import FitError
 from analysis.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
+from analysis.holdout import HoldoutCheck, check_holdout
 from analysis.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
+from analysis.noise import NoiseEstimate, estimate_noise
+from analysis.residuals import ResidualCheck, approach2_residuals, approach3_residuals
+from analysis.results import Estimate, Skipped
 from analysis.runs import Excluded, RunsTable
+from analysis.schedules import ScheduleComparison, compare_schedules
+from analysis.selection import FitSelection, select_runs
 from analysis.threads import single_threaded_blas
 
+__all__ = ["APPROACHES", "Analysis", "Estimate", "Skipped", "analyze"]
 APPROACHES: tuple[str, ...] = ("kaplan", "1", "2", "3")
 FitT = TypeVar("FitT")
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """An approach that was not fitted, and why."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Estimate(Generic[FitT]):
-    """A fitted approach: the typed fit, its named point statistics, and their bootstrap."""
-
-    fit: FitT
-    point: Mapping[str, float]
-    """Exponents and derived quantities by name (tokens_per_param at the reference C)."""
-    bootstrap: Bootstrap | None = None
-    bootstrap_error: str | None = None
-    """Why there is no bootstrap although one was asked for (no resample could be fitted)."""
-
-    def ci95(self, name: str) -> Interval | None:
-        """95% percentile interval of a statistic, or None without a bootstrap."""
-        if self.bootstrap is None or name not in self.bootstrap.samples:
-            return None
-        return self.bootstrap.interval(name)
-
-    @property
-    def intervals(self) -> dict[str, Interval]:
-        return {} if self.bootstrap is None else self.bootstrap.intervals
 
 
 @dataclass(frozen=True)
@@ -70,6 +56,7 @@ class Analysis:
 
     source: str
     n_runs: int
+    """Finished runs loaded: fitted, held out and left out together."""
     excluded: tuple[Excluded, ...]
     conventions: Mapping[str, str]
     reference_flops: float
@@ -81,7 +68,20 @@ class Analysis:
     approach2: Estimate[Approach2Fit] | Skipped
     approach3: Estimate[Approach3Fit] | Skipped
     comparison: tuple[ComparisonRow, ...]
+    selection: FitSelection = field(repr=False, compare=False)
+    """Which runs were fitted (``selection.fitted``), held out and left out, and why."""
+    noise: NoiseEstimate | Skipped
+    residuals: tuple[ResidualCheck, ...]
+    """Approach 3's and each IsoFLOP parabola's residual RMS against the noise."""
+    holdout: HoldoutCheck | Skipped
+    convention_refits: ConventionTable | Skipped
+    schedules: ScheduleComparison | Skipped
     extrapolation: Mapping[str, ExtrapolationCheck | Skipped] = field(default_factory=dict)
+
+    @property
+    def fitted_runs(self) -> RunsTable:
+        """The points every fit read (one per cell; what the figures draw)."""
+        return self.selection.fitted
 
     def approaches(self) -> dict[str, Estimate | Skipped]:
         return {"kaplan": self.kaplan, "1": self.approach1, "2": self.approach2,
@@ -117,13 +117,19 @@ def analyze(
     approaches: Iterable[str] = APPROACHES,
     reference_flops: float | None = None,
     n_jobs: int = 1,
+    conventions: bool = True,
 ) -> Analysis:
     """Fit every requested approach, bootstrap it, compare with the documented values and
-    run the extrapolation checks. ``bootstrap=0`` skips the intervals (fast)."""
+    run the checks. ``bootstrap=0`` skips the intervals (fast); ``conventions=False`` skips
+    the refits under other N/C conventions (the slowest check)."""
     wanted = set(approaches)
     unknown = wanted - set(APPROACHES)
     if unknown:
         raise ValueError(f"unknown approach(es) {sorted(unknown)}; known: {APPROACHES}")
+    selection = select_runs(runs)
+    all_runs, runs = runs, selection.fitted  # every fit below reads the selected points
+    noise = estimate_noise(selection.replicates)
+    sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
     n, d, c, loss, budget = (runs.column(k) for k in ("N", "D", "C", "loss", "budget"))
     not_requested = Skipped("not requested")
@@ -172,18 +178,29 @@ def analyze(
                                                    n_jobs=n_jobs)),
             )
         extrapolation = _extrapolation(runs, a2, a3)
+        residuals: tuple[ResidualCheck, ...] = (
+            () if isinstance(a3, Skipped) else (approach3_residuals(runs, a3.fit, sigma),))
+        if "2" in wanted:
+            residuals += approach2_residuals(runs, sigma)
+        refits: ConventionTable | Skipped = Skipped("not requested")
+        if conventions and wanted & {"2", "3"}:
+            refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
+                                         approaches=wanted & {"2", "3"}, n_jobs=n_jobs)
 
     estimates = {
         name: (est.reason if isinstance(est, Skipped) else (dict(est.point), est.intervals))
         for name, est in {"kaplan": kaplan, "1": a1, "2": a2, "3": a3}.items()
     }
     return Analysis(
-        source=runs.source, n_runs=len(runs), excluded=runs.excluded,
+        source=all_runs.source, n_runs=len(all_runs), excluded=all_runs.excluded,
         conventions={"N": runs.n_convention, "C": runs.c_convention,
                      "kaplan": runs.kaplan_n_c()[2]},
         reference_flops=ref, n_resamples=bootstrap, seed=seed,
         kaplan=kaplan, approach1=a1, approach2=a2, approach3=a3,
         comparison=compare(estimates, tokens_note=f"at C = {ref:.3g}"),
+        selection=selection, noise=noise, residuals=residuals,
+        holdout=check_holdout(selection.holdout, a3, a2),
+        convention_refits=refits, schedules=compare_schedules(all_runs, sigma),
         extrapolation=extrapolation,
     )
 

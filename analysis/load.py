@@ -5,12 +5,17 @@ sweep name; one child run (tag kind=trial) per RunSpec. A run is used only when 
 ``status`` is "finished" *and* its MLflow status is FINISHED, and it has a finite, positive
 final loss, N, D and C; every other run is excluded and named with the reason (printed, and
 kept in ``RunsTable.excluded`` for the report). Curves come from the ``curve.json`` artifact
-(one cheap read), else from the metric history of val/loss and tokens.
+(one cheap read), else from the metric history of val/loss and tokens. The recipe columns
+``seed``, ``lr``, ``schedule`` come from the params ``train.*`` and ``role``, ``branch_of`` from
+the tags; a ledger older than them gets the defaults of ``analysis.runs.OPTIONAL``.
 
 CSV: one row per run; columns mapped by name (defaults recognise the Epoch Chinchilla file
 and plain N/D/C/loss); D = C/(6N) when the file has no D column (as Besiroglu et al. 2024 do
-for the Chinchilla data), C = 6·N·D when it has no C column. Malformed input raises
-DataError naming the file and the column.
+for the Chinchilla data), C = 6·N·D when it has no C column. Optional columns ``seed`` (default 0) and ``role``
+("main" or "holdout"; default "main") mark seed replicates and held-out runs; ``schedule``,
+``lr``, ``N_kaplan`` and ``flops_<convention>`` are kept when present, so the runs.csv of a
+report loads back with what the fits need. Malformed input raises DataError naming the file
+and the column.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import DataError
-from analysis.runs import CURVE_COLUMNS, Excluded, RunsTable
+from analysis.runs import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
 from pipeline import keys
 
 Log = Callable[[str], None]
@@ -66,6 +71,14 @@ def _float(value: object) -> float:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return float("nan")
+
+
+def _seed(value: object) -> int:
+    """The ``train.seed`` param as an int; OPTIONAL's -1 when absent or not an integer."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return int(OPTIONAL["seed"])  # type: ignore[call-overload]
 
 
 def _exclusion_reason(run: object, flops_key: str) -> str | None:
@@ -115,6 +128,12 @@ def _row(run: object, flops_key: str) -> dict:
         row[f"data_{name}"] = params.get(f"data.{name}", "")
     for tag in FINGERPRINT_TAGS:
         row[tag] = tags.get(tag, "")
+    row["seed"] = _seed(params.get("train.seed"))
+    row["lr"] = _float(params.get("train.lr"))
+    row["schedule"] = params.get("train.schedule", OPTIONAL["schedule"])
+    # A missing role tag means main: ledgers written before held-out runs existed.
+    row["role"] = tags.get(keys.TAG_ROLE) or keys.ROLE_MAIN
+    row["branch_of"] = tags.get(keys.TAG_BRANCH_OF, "")
     return row
 
 
@@ -269,6 +288,33 @@ def _budget_column(frame: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     return values
 
 
+def _optional_columns(source: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
+    """Copy the optional columns of the file into ``table`` (in place), with defaults."""
+    lines = source.index.to_numpy() + 2
+    seed = pd.to_numeric(source["seed"], errors="coerce").to_numpy(dtype=float) \
+        if "seed" in source.columns else np.zeros(len(source))
+    bad = ~(np.isfinite(seed) & (seed == np.round(seed)))
+    if bad.any():
+        raise DataError(f"{path}: column 'seed' has {int(bad.sum())} value(s) that are not "
+                        f"integers (lines {', '.join(map(str, lines[bad][:5]))})")
+    table["seed"] = seed.astype(int)
+    role = source["role"].fillna(keys.ROLE_MAIN).astype(str).to_numpy() \
+        if "role" in source.columns else np.full(len(source), keys.ROLE_MAIN)
+    bad = ~np.isin(role, keys.ROLES)
+    if bad.any():
+        raise DataError(f"{path}: column 'role' must be one of {', '.join(keys.ROLES)}; "
+                        f"lines {', '.join(map(str, lines[bad][:5]))} are not")
+    table["role"] = role
+    for name in ("schedule", "branch_of"):
+        if name in source.columns:
+            table[name] = source[name].fillna("").astype(str).to_numpy()
+    numeric = [c for c in source.columns if c in ("lr", "N_kaplan") or c.startswith("flops_")]
+    for name in numeric:
+        table[name] = pd.to_numeric(source[name], errors="coerce").to_numpy(dtype=float)
+    if "N_kaplan" in source.columns:
+        table["C_kaplan"] = 6.0 * table["N_kaplan"] * table["D"]
+
+
 def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = None,
              c_col: str | None = None, loss_col: str | None = None,
              budget_col: str | None = None, drop_highest_loss: int = 0,
@@ -315,6 +361,7 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
         "run_id": [f"line{i + 2}" for i in frame.index], "N": n, "D": d, "C": c, "loss": loss,
         "budget": budget, "N_kaplan": np.nan, "C_kaplan": np.nan, "family": "",
     })
+    _optional_columns(frame, table, path)
     derived = "" if d_name else ", D = C/(6N)"
     dropped = f", {drop_highest_loss} highest-loss rows dropped" if drop_highest_loss else ""
     return RunsTable(

@@ -47,8 +47,10 @@ def predict(args: argparse.Namespace) -> dict:
     if not args.flops > 0:
         raise FitError(f"--flops must be > 0, got {args.flops}")
     runs, curves = load_input(args)
+    # No convention refits: a prediction needs one allocation, not its sensitivity.
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
-                     approaches=(args.approach,), reference_flops=args.flops)
+                     approaches=(args.approach,), reference_flops=args.flops,
+                     conventions=False)
     est = result.approaches()[args.approach]
     if isinstance(est, Skipped):
         raise FitError(f"approach {args.approach} cannot be fitted: {est.reason}")

@@ -121,3 +121,32 @@ def render(result: Analysis, console: Console | None = None) -> None:
     console.print(comparison_table(result))
     if result.extrapolation:
         console.print(extrapolation_table(result.extrapolation))
+    for line in check_lines(result):
+        console.print(line, highlight=False)
+
+
+def check_lines(result: Analysis) -> list[str]:
+    """One line each on the noise, the held-out runs and WSD vs cosine (the report has more)."""
+    noise = result.noise
+    lines = [f"Run-to-run noise: skipped: {noise.reason}" if isinstance(noise, Skipped) else
+             f"Run-to-run noise: sigma = {fmt(noise.sigma)} {fmt_interval(noise.sigma_ci)} "
+             f"({noise.n_groups} replicate groups, {noise.dof} degrees of freedom)"]
+    lines += [f"  residual RMS {r.what}: {fmt(r.rms)} (ratio to noise {fmt(r.ratio)})"
+              for r in result.residuals]
+    holdout = result.holdout
+    if isinstance(holdout, Skipped):
+        lines.append(f"Held-out runs: skipped: {holdout.reason}")
+    else:
+        for row in holdout.rows:
+            lines.append(f"Held-out {row.run}: observed {row.loss:.4f}, Approach 3 "
+                         f"{fmt(row.approach3)} ({_pct(row.approach3_error)}), frontier "
+                         f"{fmt(row.frontier)} ({_pct(row.frontier_error)})")
+    if not isinstance(result.schedules, Skipped):
+        comp = result.schedules
+        lines.append(f"WSD - cosine: mean {comp.mean_difference:+.4f} over "
+                     f"{len(comp.pairs)} pair(s) (standard error {fmt(comp.se_difference)})")
+    return lines
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.2%}"

@@ -158,7 +158,8 @@ def write_report(args: argparse.Namespace) -> Path:
              f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
         with staged_folder(out) as tmp:
             t0, cpu0 = time.monotonic(), time.process_time()
-            figures = draw_all(Context(result, runs, curves), tmp / "figures")
+            # The figures draw the fitted points (seeds averaged, held-out runs apart).
+            figures = draw_all(Context(result, result.fitted_runs, curves), tmp / "figures")
             _log(f"report: {sum(d.path is not None for d in figures.values())} figures in "
                  f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
             samples = jobs.results() if jobs is not None else None

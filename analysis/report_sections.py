@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.approach2 import BudgetMinimum, budget_minimum
@@ -19,6 +20,14 @@ from analysis.document import Block, Bullets, Code, Figure, Heading, Paragraph, 
 from analysis.extrapolation import ExtrapolationCheck
 from analysis.figures import CHINCHILLA_A, KAPLAN_A, Drawn
 from analysis.render import fmt, fmt_interval
+from analysis.report_checks import (
+    conventions_section,
+    holdout_section,
+    holdout_summary,
+    noise_section,
+    noise_summary,
+    schedules_section,
+)
 from analysis.runs import RunsTable
 from analysis.samples import Sample
 
@@ -95,7 +104,16 @@ def _position(iv: Interval | None, a: float) -> str:
 
 
 def summary_lines(result: Analysis) -> list[str]:
-    """Three lines: exponents, tokens per parameter at the largest budget, verdict."""
+    """Exponents, tokens per parameter at the largest budget, verdict; then the held-out
+    runs and (when measured) the run-to-run noise."""
+    checks = [holdout_summary(result)]
+    noise = noise_summary(result)
+    if noise is not None:
+        checks.append(noise)
+    return _fit_lines(result) + checks
+
+
+def _fit_lines(result: Analysis) -> list[str]:
     fits = fitted(result)
     if not fits:
         reasons = "; ".join(f"Approach {k}: {v.reason}" for k, v in
@@ -168,7 +186,7 @@ def isoflop_section(result: Analysis, ri: ReportInput) -> list[Block]:
         "Final loss against model size at each compute budget, with the parabola in ln N "
         "fitted to each budget and its minimum (star). Dashed: a budget whose minimum is not "
         "inside the sizes it trained, left out of the fit.")]
-    runs = ri.runs
+    runs = result.fitted_runs  # the points Approach 2 was (or would have been) fitted to
     budget = runs.column("budget")
     labels = np.unique(budget[np.isfinite(budget)])
     if labels.size == 0:
@@ -328,9 +346,25 @@ def comparison_section(result: Analysis) -> list[Block]:
                   (False, False, False, True, True, False, False, False))]
 
 
-def runs_section(ri: ReportInput) -> list[Block]:
+def _status(row: pd.Series, fitted_schedule: str, seeds: bool) -> str:
+    """"finished", and how the run enters the analysis when that is not as a plain point."""
+    notes = ["finished"]
+    if seeds:
+        notes.append(f"seed {int(row['seed'])}")
+    if row.get("role") == "holdout":
+        notes.append("held out")
+    schedule = str(row.get("schedule", ""))
+    if schedule != fitted_schedule:
+        notes.append(f"{schedule}, not fitted")
+    return ", ".join(notes)
+
+
+def runs_section(ri: ReportInput, fitted_schedule: str = "") -> list[Block]:
     frame = ri.runs.frame.sort_values(["budget", "N", "D"], kind="stable", na_position="last")
     has_shape = "n_layer" in frame.columns
+    seeds = "seed" in frame.columns and frame["seed"].nunique() > 1
+    if "schedule" not in frame.columns:
+        fitted_schedule = ""
     rows = []
     for _, r in frame.head(MAX_RUN_ROWS).iterrows():
         shape = (f"L{_int(r['n_layer'])} d{_int(r['d_model'])} H{_int(r['n_heads'])}"
@@ -338,7 +372,7 @@ def runs_section(ri: ReportInput) -> list[Block]:
         name = str(r.get("run_name") or r["run_id"])
         rows.append((name, shape, _int(r["N"]), _int(r["D"]), fmt(float(r["C"])),
                      fmt(float(r["budget"])) if np.isfinite(r["budget"]) else "—",
-                     f"{r['loss']:.4f}", "finished"))
+                     f"{r['loss']:.4f}", _status(r, fitted_schedule, seeds)))
     for e in ri.runs.excluded:
         rows.append((e.run, "—", "—", "—", "—", "—", "—", e.reason))
     blocks: list[Block] = [
@@ -383,15 +417,38 @@ def build(result: Analysis, ri: ReportInput) -> list[Block]:
     header: list[Block] = [
         Heading(f"Scaling report: {ri.name}", 1),
         Paragraph(f"Regenerate with: `{ri.command}`"),
-        Paragraph(f"Runs: {result.source}, {result.n_runs} used, {excluded} excluded. "
+        Paragraph(f"Runs: {result.source}, {result.n_runs} used, {excluded} excluded"
+                  f"{_fitted_words(result)}. "
                   f"N = {result.conventions['N']}, C = {result.conventions['C']}; Kaplan laws: "
                   f"{result.conventions['kaplan']}. Intervals: 95% percentile bootstrap over "
-                  f"runs, {result.n_resamples} resamples, seed {result.seed}."),
+                  f"{_unit(result)}, {result.n_resamples} resamples, seed {result.seed}."),
         Heading("Summary"),
         Bullets(tuple(summary_lines(result))),
     ]
     return (header + isoflop_section(result, ri) + frontier_section(result, ri)
             + allocation_section(result, ri) + kaplan_section(result, ri)
-            + approach3_section(result, ri) + extrapolation_section(result, ri)
-            + comparison_section(result) + runs_section(ri) + samples_section(ri)
-            + provenance_section(ri))
+            + approach3_section(result, ri) + noise_section(result)
+            + extrapolation_section(result, ri) + holdout_section(result)
+            + conventions_section(result) + schedules_section(result)
+            + comparison_section(result) + runs_section(ri, result.selection.schedule)
+            + samples_section(ri) + provenance_section(ri))
+
+
+def _fitted_words(result: Analysis) -> str:
+    """How the used runs became the fitted points, when that is not one run, one point."""
+    sel = result.selection
+    parts = []
+    if sel.n_averaged:
+        parts.append(f"{sel.n_averaged} seed replicate(s) averaged into their cells")
+    if sel.holdout is not None:
+        parts.append(f"{len(sel.holdout)} held out")
+    others = len(sel.left_out) - (0 if sel.holdout is None else len(sel.holdout))
+    if others:
+        parts.append(f"{others} of another schedule left out")
+    if not parts:
+        return ""
+    return f"; the fits use {len(sel.fitted)} points ({'; '.join(parts)})"
+
+
+def _unit(result: Analysis) -> str:
+    return "cells (seeds averaged)" if result.selection.n_averaged else "runs"

@@ -14,6 +14,15 @@ budget     float  planned IsoFLOP budget of the run (NaN when the run is not an 
 N_kaplan   float  non-embedding parameters (Kaplan et al. 2020); NaN when unknown
 C_kaplan   float  6·N_kaplan·D (Kaplan's C); NaN when unknown
 family     str    model family ("" when unknown, e.g. published data)
+
+Optional columns (``OPTIONAL``; ``RunsTable.values`` gives the default where one is absent,
+so tables of old ledgers, published CSVs and tests keep working)
+--------------------------------------------------------------------------------------------
+seed       int    training seed (param ``train.seed``; -1 when unknown)
+lr         float  peak learning rate (param ``train.lr``; NaN when unknown)
+schedule   str    "cosine", "wsd" or "constant" (param ``train.schedule``; "" when unknown)
+role       str    "main" (fitted) or "holdout" (predicted, never fitted): tag ``role``
+branch_of  str    run_id of the WSD trunk a run was branched from ("" otherwise)
 Extra columns (``flops_<convention>``, ``n_layer``, ``vocab_size``, ``seq_len``...) may follow.
 
 Training curves travel separately as a DataFrame with columns run_id, step, tokens, loss;
@@ -22,16 +31,21 @@ the FLOPs of a curve point are tokens × (C / D) of its run (the contract of pip
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from analysis.errors import DataError
+from pipeline import keys
 
 REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "family")
 POSITIVE = ("N", "D", "C", "loss")
 CURVE_COLUMNS = ("run_id", "step", "tokens", "loss")
+OPTIONAL: dict[str, object] = {"seed": -1, "lr": float("nan"), "schedule": "",
+                               "role": keys.ROLE_MAIN, "branch_of": ""}
+"""Optional columns and the value a run has when its table lacks the column."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,26 @@ class RunsTable:
         """A numeric column as a float array (NaN where unknown)."""
         return self.frame[name].to_numpy(dtype=float)
 
+    def values(self, name: str) -> pd.Series:
+        """An OPTIONAL column, or its default for every run when the table lacks it."""
+        if name in self.frame.columns:
+            return self.frame[name]
+        return pd.Series([OPTIONAL[name]] * len(self.frame), index=self.frame.index,
+                         name=name)
+
+    def subset(self, mask: object, *, source: str | None = None,
+               excluded: tuple[Excluded, ...] | None = None) -> RunsTable:
+        """The runs where ``mask`` is true, with the same conventions (a new table)."""
+        frame = self.frame[np.asarray(mask, dtype=bool)].reset_index(drop=True)
+        return self.with_frame(frame, source=source, excluded=excluded)
+
+    def with_frame(self, frame: pd.DataFrame, *, source: str | None = None,
+                   excluded: tuple[Excluded, ...] | None = None) -> RunsTable:
+        """Another frame under this table's conventions (validated again)."""
+        return RunsTable(frame, source=self.source if source is None else source,
+                         n_convention=self.n_convention, c_convention=self.c_convention,
+                         excluded=self.excluded if excluded is None else excluded)
+
     @property
     def has_kaplan_conventions(self) -> bool:
         """True when every run knows its non-embedding N (MLflow runs; not published CSVs)."""
@@ -99,11 +133,13 @@ def runs_from_arrays(
     budget: object | None = None, run_ids: object | None = None, n_kaplan: object | None = None,
     source: str = "arrays",
     n_convention: str = "params_total", c_convention: str = "6nd",
+    extra: Mapping[str, object] | None = None,
 ) -> RunsTable:
     """A RunsTable from plain arrays (published data, synthetic data, tests).
 
     C defaults to 6·N·D; budget to NaN (no IsoFLOP cells); Kaplan's N to unknown (NaN), and
-    Kaplan's C is 6·N_kaplan·D when it is given.
+    Kaplan's C is 6·N_kaplan·D when it is given. ``extra``: more columns by name (e.g. the
+    OPTIONAL ``seed``, ``role``, ``schedule``, or ``flops_exact``), one value per run.
     """
     n_arr = np.asarray(n, dtype=float).ravel()
     d_arr = np.asarray(d, dtype=float).ravel()
@@ -122,6 +158,8 @@ def runs_from_arrays(
         "C_kaplan": 6.0 * nk * d_arr,
         "family": [""] * size,
     })
+    for name, values in (extra or {}).items():
+        frame[name] = np.asarray(values).ravel() if np.ndim(values) else values
     return RunsTable(frame, source=source, n_convention=n_convention, c_convention=c_convention)
 
 

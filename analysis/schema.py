@@ -2,7 +2,8 @@
 
 Documented field by field in docs/analysis.md. Numbers that are not finite become null, so
 the output is strict JSON. Every approach has ``status`` "ok" or "skipped" (with ``reason``);
-an ok approach has its point estimates at top level and ``ci95`` = {name: [low, high]}.
+an ok approach has its point estimates at top level and ``ci95`` = {name: [low, high]}. So do
+the checks around the fits (noise, holdout, convention_refits, schedules).
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import numpy as np
 from analysis.approach1 import Approach1Fit
 from analysis.approach2 import Approach2Fit
 from analysis.approach3 import Approach3Fit
+from analysis.conventions import ConventionTable, GeneralAllocation
+from analysis.holdout import FrontierLaw, HoldoutCheck
 from analysis.kaplan import KaplanFit
+from analysis.noise import NoiseEstimate
+from analysis.schedules import ScheduleComparison
 
 if TYPE_CHECKING:
     from analysis.analyze import Analysis, Estimate, Skipped
@@ -82,12 +87,87 @@ def estimate_to_json(est: Estimate | Skipped) -> dict[str, Any]:
     return out
 
 
+def _skipped(reason: str) -> dict[str, Any]:
+    return {"status": "skipped", "reason": reason}
+
+
+def noise_to_json(noise: NoiseEstimate | Skipped) -> dict[str, Any]:
+    if not isinstance(noise, NoiseEstimate):
+        return _skipped(noise.reason)
+    return {"status": "ok", "n_groups": noise.n_groups, "n_runs": noise.n_runs,
+            "dof": noise.dof, "sigma": noise.sigma, "sigma_ci": noise.sigma_ci.as_list(),
+            "rel_sigma": noise.rel_sigma, "rel_sigma_ci": noise.rel_sigma_ci.as_list(),
+            "groups": [dict(g.__dict__) for g in noise.groups]}
+
+
+def holdout_to_json(check: HoldoutCheck | Skipped) -> dict[str, Any]:
+    if not isinstance(check, HoldoutCheck):
+        return _skipped(check.reason)
+    frontier = check.frontier
+    runs = []
+    for r in check.rows:
+        row = dict(r.__dict__)
+        row["approach3_ci"] = None if r.approach3_ci is None else r.approach3_ci.as_list()
+        for name in ("approach3", "frontier"):
+            err = getattr(r, f"{name}_error")
+            row[f"{name}_error"] = err
+            row[f"{name}_within_target"] = None if err is None else abs(err) < check.target
+        runs.append(row)
+    return {
+        "status": "ok", "target": check.target, "approach3_reason": check.approach3,
+        "frontier": ({"status": "ok", **frontier.__dict__} if isinstance(frontier, FrontierLaw)
+                     else _skipped(frontier.reason)),
+        "max_abs_error": {name: check.max_abs_error(name) for name in ("approach3", "frontier")},
+        "runs": runs,
+    }
+
+
+def _refit_to_json(est: Estimate | Skipped) -> dict[str, Any]:
+    """A convention refit: its allocation statistics and intervals, no fit details."""
+    if not hasattr(est, "fit"):
+        return _skipped(est.reason)
+    out: dict[str, Any] = {"status": "ok", **est.point,
+                           "ci95": {k: iv.as_list() for k, iv in est.intervals.items()}}
+    if isinstance(est.fit, GeneralAllocation):
+        law = est.fit.per_token
+        out["flops_per_token"] = {"coefficient": law.coefficient, "exponent": law.exponent,
+                                  "rmse_log": law.rmse_log}
+    if est.bootstrap is not None:
+        out["bootstrap"] = {"resamples": est.bootstrap.n_resamples,
+                            "failed": est.bootstrap.n_failed}
+    elif est.bootstrap_error:
+        out["bootstrap"] = {"error": est.bootstrap_error}
+    return out
+
+
+def conventions_to_json(table: ConventionTable | Skipped) -> dict[str, Any]:
+    if not isinstance(table, ConventionTable):
+        return _skipped(table.reason)
+    return {"status": "ok", "resamples": table.n_resamples, "seed": table.seed,
+            "rows": [{"n": r.n, "c": r.c, "label": r.label, "n_label": r.n_label,
+                      "reference_flops": r.reference_flops,
+                      "approaches": {"2": _refit_to_json(r.approach2),
+                                     "3": _refit_to_json(r.approach3)}}
+                     for r in table.rows]}
+
+
+def schedules_to_json(comparison: ScheduleComparison | Skipped) -> dict[str, Any]:
+    if not isinstance(comparison, ScheduleComparison):
+        return _skipped(comparison.reason)
+    pairs = [{**p.__dict__, "difference": p.difference, "rel_difference": p.rel_difference,
+              "z": p.z} for p in comparison.pairs]
+    return {"status": "ok", "sigma": comparison.sigma,
+            "mean_difference": comparison.mean_difference,
+            "se_difference": comparison.se_difference, "pairs": pairs}
+
+
 def analysis_to_json(result: Analysis) -> dict[str, Any]:
     extrapolation = {
         name: ({"status": "skipped", "reason": chk.reason} if not hasattr(chk, "approach")
                else {"status": "ok", **chk.to_json_dict()})
         for name, chk in result.extrapolation.items()
     }
+    sel = result.selection
     return clean({
         "schema": SCHEMA,
         "source": result.source,
@@ -100,4 +180,15 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
                        for name, est in result.approaches().items()},
         "comparison": [row.to_json_dict() for row in result.comparison],
         "extrapolation": extrapolation,
+        "fitted": {
+            "points": len(sel.fitted), "schedule": sel.schedule,
+            "averaged_runs": sel.n_averaged,
+            "holdout_runs": 0 if sel.holdout is None else len(sel.holdout),
+            "left_out": [{"run": e.run, "reason": e.reason} for e in sel.left_out],
+        },
+        "noise": noise_to_json(result.noise),
+        "residuals": [{**r.__dict__, "ratio": r.ratio} for r in result.residuals],
+        "holdout": holdout_to_json(result.holdout),
+        "convention_refits": conventions_to_json(result.convention_refits),
+        "schedules": schedules_to_json(result.schedules),
     })

@@ -55,6 +55,32 @@ def isoflop_runs(law: ChinchillaLaw, budgets: np.ndarray, *, sizes_per_budget: i
                             source=f"synthetic IsoFLOP grid (seed {seed})")
 
 
+def replicated_runs(law: ChinchillaLaw, budgets: np.ndarray, *, seeds: int = 3,
+                    sizes_per_budget: int = 7, spread_dex: float = 0.6, noise: float = 0.005,
+                    holdout_budgets: tuple[float, ...] = (), seed: int = 0) -> RunsTable:
+    """An IsoFLOP grid with every cell trained under ``seeds`` seeds (independent lognormal
+    noise per run), plus one compute-optimal run per ``holdout_budgets`` with role holdout:
+    the shape of a sweep that measures its own noise and tests a prediction."""
+    rng = np.random.default_rng(seed)
+    grid = isoflop_runs(law, budgets, sizes_per_budget=sizes_per_budget,
+                        spread_dex=spread_dex, noise=0.0)
+    n = np.repeat(grid.column("N"), seeds)
+    d = np.repeat(grid.column("D"), seeds)
+    budget = np.repeat(grid.column("budget"), seeds)
+    seed_col = np.tile(np.arange(seeds), len(grid))
+    hold = np.asarray(holdout_budgets, dtype=float)
+    n_hold = law.n_opt(hold)
+    n, d = np.concatenate([n, n_hold]), np.concatenate([d, hold / (6.0 * n_hold)])
+    loss = law.loss(n, d) * np.exp(noise * rng.standard_normal(n.size))
+    role = ["main"] * budget.size + ["holdout"] * hold.size
+    return runs_from_arrays(
+        n, d, loss, budget=np.concatenate([budget, np.full(hold.size, np.nan)]),
+        n_kaplan=n, run_ids=[f"run{i}" for i in range(n.size)],
+        source=f"synthetic replicated IsoFLOP grid (seed {seed})",
+        extra={"seed": np.concatenate([seed_col, np.zeros(hold.size, dtype=int)]),
+               "role": role, "schedule": "cosine"})
+
+
 class Law(Protocol):
     def loss(self, n: np.ndarray, d: np.ndarray) -> np.ndarray: ...
 

@@ -61,7 +61,16 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     out = json.loads(json.dumps(result.to_json_dict(), allow_nan=False))
     assert set(out) == {"schema", "source", "n_runs", "excluded", "conventions",
                         "reference_flops", "bootstrap", "approaches", "comparison",
-                        "extrapolation"}
+                        "extrapolation", "fitted", "noise", "residuals", "holdout",
+                        "convention_refits", "schedules"}
+    # No seeds, no held-out runs, no WSD runs: each check says so instead of inventing one.
+    assert out["noise"]["status"] == out["holdout"]["status"] == "skipped"
+    assert out["schedules"] == {"status": "skipped",
+                                "reason": "no cell has both a cosine and a WSD run"}
+    assert out["fitted"] == {"points": 63, "schedule": "", "averaged_runs": 0,
+                             "holdout_runs": 0, "left_out": []}
+    assert [r["what"] for r in out["residuals"]][:2] == ["Approach 3", "Approach 2, budget 1e+17"]
+    assert all(r["ratio"] is None for r in out["residuals"])  # no noise scale to judge by
     assert out["approaches"]["1"] == {"status": "skipped", "reason": "no training curves"}
     two = out["approaches"]["2"]
     assert two["status"] == "ok" and len(two["budgets"]) == 7

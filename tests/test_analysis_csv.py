@@ -48,7 +48,47 @@ def test_csv_drop_highest_loss(tmp_path):
     assert "dropped the 2 highest-loss rows" in messages[0]
 
 
+def test_csv_seed_role_and_recipe_columns_are_optional(tmp_path):
+    plain = load_csv(_write(tmp_path, "N,D,loss\n1e6,1e7,3\n2e6,1e7,2.9\n"), log=print)
+    assert plain.frame["seed"].tolist() == [0, 0] and set(plain.frame["role"]) == {"main"}
+    assert "schedule" not in plain.frame.columns  # absent: RunsTable.values gives ""
+    path = _write(tmp_path, "N,D,loss,seed,role,schedule,N_kaplan,flops_exact\n"
+                            "1e6,1e7,3.0,0,main,cosine,8e5,7e13\n"
+                            "1e6,1e7,3.1,1,,wsd,8e5,7e13\n"
+                            "4e6,1e8,2.5,0,holdout,cosine,3.2e6,2.6e15\n")
+    runs = load_csv(path, log=lambda _: None)
+    frame = runs.frame
+    assert frame["seed"].tolist() == [0, 1, 0]
+    assert frame["role"].tolist() == ["main", "main", "holdout"]  # a blank role is main
+    assert frame["schedule"].tolist() == ["cosine", "wsd", "cosine"]
+    assert frame["flops_exact"].tolist() == [7e13, 7e13, 2.6e15]
+    np.testing.assert_allclose(runs.column("C_kaplan"), 6 * runs.column("N_kaplan") * 1e7 *
+                               np.array([1, 1, 10]))
+    assert runs.has_kaplan_conventions
+
+
+def test_a_report_runs_csv_loads_back_with_what_the_fits_need(tmp_path):
+    from analysis.runs import runs_from_arrays
+
+    n = np.array([1e6, 1e6, 2e6, 4e6])
+    runs = runs_from_arrays(n, np.full(4, 1e8), [3.0, 3.1, 2.9, 2.8],
+                            budget=[6e14, 6e14, np.nan, np.nan], n_kaplan=0.8 * n,
+                            extra={"seed": [0, 1, 0, 0], "role": ["main"] * 3 + ["holdout"],
+                                   "schedule": "cosine", "flops_exact": 7 * n * 1e8})
+    runs.frame.to_csv(tmp_path / "runs.csv", index=False)  # as analysis.report writes it
+    back = load_csv(tmp_path / "runs.csv", budget_col="budget", log=lambda _: None)
+    for col in ("N", "D", "C", "loss", "N_kaplan", "C_kaplan", "flops_exact", "seed"):
+        np.testing.assert_allclose(back.column(col), runs.column(col), err_msg=col)
+    for col in ("role", "schedule"):
+        assert back.frame[col].tolist() == runs.frame[col].tolist()
+    np.testing.assert_array_equal(back.column("budget"), runs.column("budget"))
+
+
 @pytest.mark.parametrize(("text", "kwargs", "pattern"), [
+    ("N,D,loss,seed\n1e6,1e7,3,0\n2e6,2e7,2.9,1.5\n", {},
+     r"runs\.csv: column 'seed' has 1 value\(s\) that are not integers \(lines 3\)"),
+    ("N,D,loss,role\n1e6,1e7,3,main\n2e6,2e7,2.9,test\n", {},
+     r"runs\.csv: column 'role' must be one of main, holdout; lines 3 are not"),
     ("N,D,loss\n1e6,1e7,3\n2e6,2e7,2.9\n", {"n_col": "params"},
      r"runs\.csv: no column 'params' \(--n-col\); the columns are 'N', 'D', 'loss'"),
     ("size,D,loss\n1e6,1e7,3\n", {},

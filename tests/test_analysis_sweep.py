@@ -188,3 +188,42 @@ def test_fit_command_reports_an_unknown_sweep_in_one_line(store, capsys):
 
     assert run_main(main, ["--sweep", "nope", "--tracking-uri", store]) == 2
     assert capsys.readouterr().err.startswith("error: MLflow store")
+
+
+# --------------------------------------------------------------------------- recipe columns
+
+
+def test_seed_role_schedule_and_branch_come_from_params_and_tags(tmp_path):
+    """Runs that record the recipe; the older runs of the fixture get the defaults."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("recipes", artifact_location=(tmp_path / "a").as_uri())
+    cells = [("s0", 0, "cosine", {}), ("s1", 1, "cosine", {}),
+             ("h0", 0, "cosine", {keys.TAG_ROLE: keys.ROLE_HOLDOUT}),
+             ("w0", 0, "wsd", {keys.TAG_BRANCH_OF: "trunk", keys.TAG_BRANCH_STEP: "300"})]
+    for run_id, seed, schedule, tags in cells:
+        run = client.create_run(exp, tags={keys.TAG_KIND: "trial", keys.TAG_RUN_ID: run_id,
+                                           keys.TAG_STATUS: "finished", **tags})
+        summary = {keys.FINAL_VAL_LOSS: 3.0, keys.FINAL_TOKENS: 1e7, keys.PARAMS_TOTAL: 1e5,
+                   keys.flops_key("6nd"): 6e12}
+        client.log_batch(run.info.run_id,
+                         metrics=[Metric(k, v, 0, 0) for k, v in summary.items()],
+                         params=[Param("train.seed", str(seed)), Param("train.lr", "0.003"),
+                                 Param("train.schedule", schedule)])
+        client.set_terminated(run.info.run_id, status="FINISHED")
+    frame = load_sweep("recipes", tracking_uri=uri, with_curves=False,
+                       log=lambda _: None).runs.frame.set_index("run_id")
+    assert frame.loc[["s0", "s1", "h0", "w0"], "seed"].tolist() == [0, 1, 0, 0]
+    assert frame.loc[["s0", "h0"], "role"].tolist() == ["main", "holdout"]
+    assert frame.loc["w0", "schedule"] == "wsd" and frame.loc["w0", "branch_of"] == "trunk"
+    assert frame.loc["s0", "branch_of"] == "" and frame.loc["s0", "lr"] == 0.003
+
+
+def test_a_ledger_without_the_recipe_gets_the_defaults(sweep):
+    frame = sweep[0].runs.frame
+    assert set(frame["seed"]) == {-1} and set(frame["role"]) == {"main"}
+    assert set(frame["schedule"]) == {""} and set(frame["branch_of"]) == {""}
+    assert frame["lr"].isna().all()

@@ -436,3 +436,17 @@ def test_report_modules_never_import_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_trust_sections_degrade_to_one_line_without_seeds_holdout_or_wsd(sweep_report):
+    md = (sweep_report / "report.md").read_text()
+    assert "## Run-to-run noise\n\nNot measured: no seed replicates" in md
+    assert "## Held-out budget\n\nNot tested: no held-out runs (no run has role 'holdout')." in md
+    assert ("- **Held-out budget**: not tested: no held-out runs (no run has role "
+            "'holdout').") in md
+    assert "WSD branches" not in md and "**Run-to-run noise**" not in md
+    # The sweep records non-embedding N and exact FLOPs: all four conventions are refitted.
+    conventions = md.split("## Conventions\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in conventions.splitlines() if line.startswith("| N = ")
+            or line.startswith("| non-embedding")]
+    assert len(rows) == 4 and "skipped" not in conventions

@@ -1,0 +1,171 @@
+"""Run-to-run noise from seed replicates, and one point per cell for the fits.
+
+Why: a scaling law can only be judged against how much a run's final loss moves when
+nothing but the seed changes. Runs that are identical except the seed (same ``CELL_COLUMNS``)
+form a *replicate group*; the pooled within-group standard deviation is the noise σ:
+
+    σ² = Σ_g Σ_i (L_gi − L̄_g)² / ν,   ν = Σ_g (n_g − 1) degrees of freedom,
+
+with the exact 95% interval for normal errors, σ·sqrt(ν / χ²_ν(0.975)) to
+σ·sqrt(ν / χ²_ν(0.025)). ``rel_sigma`` is the same pooled estimate on ln L, i.e. σ/L to first
+order (the scale of Approach 3's residuals, which are fitted on log L).
+
+The fits use it through ``collapse_replicates``: the runs of a group are averaged into one
+point (mean loss over seeds) before any fit, so a cell with 3 seeds counts once, not three
+times, and the bootstrap resamples cells, not seeds. The point keeps the run_id (and so
+the training curve, for Approach 1) of its lowest seed, and records ``n_seeds`` and
+``loss_std``: a point that averages n seeds has noise σ/√n (see ``analysis.residuals``).
+
+Rows that share a cell *and* a seed are not replicates (e.g. published data without a
+seed column, where every row has seed 0): they are neither averaged nor used for σ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.stats import chi2
+
+from analysis.bootstrap import LEVEL, Interval
+from analysis.results import Skipped
+from analysis.runs import RunsTable
+
+CELL_COLUMNS = ("family", "n_layer", "d_model", "N", "D", "lr", "schedule", "budget")
+"""Runs equal in all of these (numbers to 6 significant digits) differ only in the seed."""
+
+
+def _text(value: object) -> str:
+    """One key part: numbers to 6 significant digits (so float noise does not split a cell)."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return f"{float(value):.6g}"
+    return str(value)
+
+
+def row_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
+    """One string per row joining its ``columns`` (a missing column counts as blank)."""
+    key = pd.Series("", index=frame.index, dtype=object)
+    for name in columns:
+        part = frame[name].map(_text).astype(object) if name in frame.columns else ""
+        key = key + "|" + part
+    return key
+
+
+def cell_keys(runs: RunsTable) -> pd.Series:
+    """One string per run naming its cell (its CELL_COLUMNS values)."""
+    frame = runs.frame.assign(lr=runs.values("lr").to_numpy(),
+                              schedule=runs.values("schedule").to_numpy())
+    return row_keys(frame, CELL_COLUMNS)
+
+
+def replicate_groups(runs: RunsTable) -> list[np.ndarray]:
+    """Row positions of each replicate group: ≥ 2 runs of one cell, all with distinct seeds."""
+    seeds = runs.values("seed").to_numpy()
+    groups = []
+    keys = cell_keys(runs).reset_index(drop=True)
+    for rows in keys.groupby(keys, sort=False).indices.values():
+        if rows.size >= 2 and np.unique(seeds[rows]).size == rows.size:
+            groups.append(np.sort(rows))
+    return groups
+
+
+@dataclass(frozen=True)
+class NoiseGroup:
+    """One replicate group: the cell, its seeds and the spread of their final losses."""
+
+    family: str
+    N: float
+    D: float
+    budget: float
+    schedule: str
+    seeds: tuple[int, ...]
+    run_ids: tuple[str, ...]
+    mean_loss: float
+    std_loss: float
+    """Sample standard deviation (ddof 1) of the final losses."""
+
+
+@dataclass(frozen=True)
+class NoiseEstimate:
+    """The pooled run-to-run noise of the final loss, from every replicate group."""
+
+    n_groups: int
+    n_runs: int
+    """Runs in replicate groups."""
+    dof: int
+    """Degrees of freedom ν = Σ (n_g − 1)."""
+    sigma: float
+    """Pooled within-group standard deviation of the final loss (nats/token)."""
+    sigma_ci: Interval
+    """95% interval of σ from the χ² distribution with ν degrees of freedom."""
+    rel_sigma: float
+    """Pooled within-group standard deviation of ln L (≈ σ/L)."""
+    rel_sigma_ci: Interval
+    groups: tuple[NoiseGroup, ...]
+
+
+def _chi2_interval(sd: float, dof: int, level: float = LEVEL) -> Interval:
+    tail = (1.0 - level) / 2.0
+    return Interval(float(sd * np.sqrt(dof / chi2.ppf(1.0 - tail, dof))),
+                    float(sd * np.sqrt(dof / chi2.ppf(tail, dof))))
+
+
+def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
+    """Pooled σ from the replicate groups of ``runs``; Skipped when there is none."""
+    groups = replicate_groups(runs)
+    if not groups:
+        return Skipped("no seed replicates (no two runs differ only in the seed)")
+    frame = runs.frame
+    loss = runs.column("loss")
+    seeds = runs.values("seed").to_numpy()
+    schedule = runs.values("schedule").astype(str).to_numpy()
+    sum_sq = sum_sq_log = 0.0
+    dof = 0
+    out = []
+    for rows in groups:
+        values = loss[rows]
+        sum_sq += float(np.sum((values - values.mean()) ** 2))
+        logs = np.log(values)
+        sum_sq_log += float(np.sum((logs - logs.mean()) ** 2))
+        dof += rows.size - 1
+        first = frame.iloc[rows[0]]
+        out.append(NoiseGroup(
+            family=str(first["family"]), N=float(first["N"]), D=float(first["D"]),
+            budget=float(first["budget"]), schedule=str(schedule[rows[0]]),
+            seeds=tuple(int(s) for s in seeds[rows]),
+            run_ids=tuple(str(r) for r in frame["run_id"].iloc[rows]),
+            mean_loss=float(values.mean()), std_loss=float(values.std(ddof=1))))
+    sigma = float(np.sqrt(sum_sq / dof))
+    rel = float(np.sqrt(sum_sq_log / dof))
+    return NoiseEstimate(
+        n_groups=len(groups), n_runs=int(sum(g.size for g in groups)), dof=dof,
+        sigma=sigma, sigma_ci=_chi2_interval(sigma, dof), rel_sigma=rel,
+        rel_sigma_ci=_chi2_interval(rel, dof), groups=tuple(out))
+
+
+def collapse_replicates(runs: RunsTable) -> RunsTable:
+    """One row per replicate group (mean loss and val_bpb over its seeds); others unchanged.
+
+    Adds ``n_seeds`` (runs averaged into the row) and ``loss_std`` (their sample standard
+    deviation; NaN for a single run). The row of a group is its lowest seed's row otherwise
+    (run_id, curve, C...): the runs of a cell share N, D and C by definition.
+    """
+    frame = runs.frame.reset_index(drop=True)  # positions = labels below (a new frame)
+    frame["n_seeds"] = 1
+    frame["loss_std"] = np.nan
+    drop: list[int] = []
+    seeds = runs.values("seed").to_numpy()
+    for rows in replicate_groups(runs):
+        keep = rows[np.argmin(seeds[rows])]
+        values = frame["loss"].to_numpy(dtype=float)[rows]
+        frame.loc[keep, ["loss", "n_seeds", "loss_std"]] = (
+            float(values.mean()), rows.size, float(values.std(ddof=1)))
+        bpb = frame["val_bpb"].to_numpy(dtype=float)[rows] if "val_bpb" in frame.columns \
+            else np.array([np.nan])
+        if np.isfinite(bpb).any():
+            frame.loc[keep, "val_bpb"] = float(np.mean(bpb[np.isfinite(bpb)]))
+        drop.extend(int(r) for r in rows if r != keep)
+    if not drop:
+        return runs.with_frame(frame)
+    return runs.with_frame(frame.drop(index=drop).reset_index(drop=True))

@@ -1,0 +1,226 @@
+"""The report's sections on whether the law can be trusted: noise, held-out runs, conventions,
+and WSD against cosine runs. Only presentation, like ``analysis.report_sections`` (which
+places these sections); every number comes from the Analysis that fit.json serialises.
+"""
+
+from __future__ import annotations
+
+from analysis.analyze import Analysis
+from analysis.bootstrap import Interval
+from analysis.conventions import ConventionTable
+from analysis.document import Block, Heading, Paragraph, Table
+from analysis.holdout import FrontierLaw, HoldoutCheck
+from analysis.noise import NoiseEstimate
+from analysis.render import fmt, fmt_interval
+from analysis.results import Estimate, Skipped
+from analysis.schedules import ScheduleComparison
+
+MAX_GROUP_ROWS = 30
+
+
+def _pct(x: float | None) -> str:
+    """A signed relative error or difference, e.g. +1.23%."""
+    return "—" if x is None else f"{x:+.2%}"
+
+
+def _with_ci(value: float | None, iv: Interval | None) -> str:
+    if value is None:
+        return "—"
+    return fmt(value) + ("" if iv is None else f" {fmt_interval(iv)}")
+
+
+def _noise_words(noise: NoiseEstimate) -> str:
+    return (f"σ = {fmt(noise.sigma)} {fmt_interval(noise.sigma_ci)} nats/token "
+            f"({noise.rel_sigma:.2%} of the loss, 95% interval "
+            f"[{noise.rel_sigma_ci.low:.2%}, {noise.rel_sigma_ci.high:.2%}])")
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def noise_summary(result: Analysis) -> str | None:
+    """One summary line on the noise and the residual ratios (None without replicates)."""
+    noise = result.noise
+    if not isinstance(noise, NoiseEstimate):
+        return None
+    ratios = [r for r in result.residuals if r.ratio is not None]
+    worst = max(ratios, key=lambda r: r.ratio or 0.0) if ratios else None
+    judged = ("" if worst is None else
+              "; residual/noise ratio: Approach 3 "
+              + next((fmt(r.ratio) for r in ratios if r.what == "Approach 3"), "—")
+              + f", largest {fmt(worst.ratio)} ({worst.what})")
+    return (f"**Run-to-run noise** from {noise.n_groups} seed-replicate groups: "
+            f"{_noise_words(noise)}{judged}.")
+
+
+def holdout_summary(result: Analysis) -> str:
+    """One summary line on the held-out runs."""
+    check = result.holdout
+    if not isinstance(check, HoldoutCheck):
+        return f"**Held-out budget**: not tested: {check.reason}."
+    parts = []
+    for name, label in (("approach3", "Approach 3"), ("frontier", "compute frontier")):
+        worst = check.max_abs_error(name)
+        if worst is not None:
+            verdict = "within" if worst < check.target else "outside"
+            parts.append(f"{label} max |error| {worst:.2%} ({verdict} the "
+                         f"{check.target:.0%} target)")
+    text = "; ".join(parts) if parts else "no predictor could be fitted"
+    return f"**Held-out budget** ({len(check.rows)} run(s) never fitted): {text}."
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def noise_section(result: Analysis) -> list[Block]:
+    blocks: list[Block] = [Heading("Run-to-run noise")]
+    noise = result.noise
+    if isinstance(noise, NoiseEstimate):
+        blocks.append(Paragraph(
+            f"Runs identical except the seed give {_noise_words(noise)}: pooled over "
+            f"{noise.n_groups} replicate group(s) of {noise.n_runs} runs ({noise.dof} degrees "
+            "of freedom; the interval is the χ² interval of a standard deviation). Before any "
+            "fit, the seeds of a cell are averaged into one point, so the fits and their "
+            f"bootstrap count cells, not seeds ({result.selection.n_averaged} runs merged)."))
+        blocks.append(Table(
+            ("N", "D (tokens)", "budget", "seeds", "mean loss", "std over seeds"),
+            tuple((fmt(g.N), fmt(g.D), fmt(g.budget), ", ".join(map(str, g.seeds)),
+                   f"{g.mean_loss:.4f}", fmt(g.std_loss))
+                  for g in noise.groups[:MAX_GROUP_ROWS]),
+            (True, True, True, False, True, True)))
+        if noise.n_groups > MAX_GROUP_ROWS:
+            blocks.append(Paragraph(f"The first {MAX_GROUP_ROWS} of {noise.n_groups} groups "
+                                    "are shown (all of them in `fit.json`)."))
+    else:
+        blocks.append(Paragraph(
+            f"Not measured: {noise.reason}. Without it the residuals below have no scale; "
+            "repeat a few cells with other seeds (`train.seed`) to measure it."))
+    if result.residuals:
+        rows = tuple((r.what, str(r.n_points), str(r.n_params), fmt(r.rms),
+                      fmt(r.expected_rms), fmt(r.ratio)) for r in result.residuals)
+        blocks.append(Table(("fit", "points", "parameters", "residual RMS (nats/token)",
+                             "RMS from noise alone", "ratio"), rows,
+                            (False, True, True, True, True, True)))
+        blocks.append(Paragraph(
+            "The ratio divides a fit's residual RMS by what the noise alone would leave "
+            "(σ·sqrt(mean 1/seeds)·sqrt((points − parameters)/points)): near 1 the law "
+            "explains the data down to the noise; well above 1 it misses structure in the "
+            "data. Even for a right law the ratio scatters, by about ±1/sqrt(2·(points − "
+            "parameters)): ±0.13 for 35 points and 5 parameters, ±0.35 for a budget of 7 "
+            "sizes, so a single budget at 1.5–2 is not yet a misfit."))
+    return blocks
+
+
+def holdout_section(result: Analysis) -> list[Block]:
+    blocks: list[Block] = [Heading("Held-out budget")]
+    check = result.holdout
+    if not isinstance(check, HoldoutCheck):
+        blocks.append(Paragraph(f"Not tested: {check.reason}."))
+        return blocks
+    rows = []
+    for r in check.rows:
+        a3, fr = r.approach3_error, r.frontier_error
+        rows.append((r.run, fmt(r.N), fmt(r.D), fmt(r.C), f"{r.loss:.4f}",
+                     _with_ci(r.approach3, r.approach3_ci), _pct(a3),
+                     "—" if a3 is None else fmt(abs(a3) < check.target),
+                     fmt(r.frontier), _pct(fr), fmt(r.n_over_n_opt)))
+    blocks.append(Table(
+        ("run", "N", "D (tokens)", "C (FLOPs)", "observed loss",
+         "Approach 3 L̂ [95% interval]", "error", f"|error| < {check.target:.0%}",
+         "frontier L*(C)", "error", "N / N_opt"), tuple(rows),
+        (False, True, True, True, True, True, True, False, True, True, True)))
+    text = ("These runs were never fitted. Error = (predicted − observed) / observed. The "
+            "Approach 3 interval is the spread of the prediction over the bootstrap refits: "
+            "the law's uncertainty, not the run's seed-to-seed scatter.")
+    if check.approach3:
+        text += f" No Approach 3 prediction: {check.approach3}."
+    frontier = check.frontier
+    if isinstance(frontier, FrontierLaw):
+        text += (f" Compute frontier: L*(C) = {fmt(frontier.L0)}·(C/{fmt(frontier.C0)})"
+                 f"^−{fmt(frontier.g)} through the {frontier.n_points} Approach 2 budget "
+                 "minima; it predicts the loss of the compute-optimal model, so it applies "
+                 "to a run near the optimum (N / N_opt ≈ 1); a run away from it lies above.")
+    else:
+        text += f" No compute-frontier prediction: {frontier.reason}."
+    if isinstance(result.noise, NoiseEstimate):
+        text += (f" For scale: one run's noise is {result.noise.rel_sigma:.2%} of the loss, "
+                 f"so the {check.target:.0%} target is "
+                 f"{check.target / result.noise.rel_sigma:.1f} σ.")
+    blocks.append(Paragraph(text))
+    return blocks
+
+
+def _refit_cells(est: Estimate | Skipped) -> tuple[str, str]:
+    if isinstance(est, Skipped):
+        return (f"skipped: {est.reason}", "—") if est.reason != "not requested" else ("—", "—")
+    return (_with_ci(est.point["a"], est.ci95("a")),
+            _with_ci(est.point["tokens_per_param"], est.ci95("tokens_per_param")))
+
+
+def _spread_words(table: ConventionTable, name: str) -> str | None:
+    a, tpp = table.spread(name, "a"), table.spread(name, "tokens_per_param")
+    if a is None or tpp is None:
+        return None
+    return (f"Approach {name}: a ranges over {fmt(a[0])}–{fmt(a[1])} (Δa = "
+            f"{fmt(a[1] - a[0])}) and tokens per parameter over {fmt(tpp[0])}–{fmt(tpp[1])} "
+            f"(a factor {fmt(tpp[1] / tpp[0])})")
+
+
+def conventions_section(result: Analysis) -> list[Block]:
+    blocks: list[Block] = [Heading("Conventions")]
+    table = result.convention_refits
+    if not isinstance(table, ConventionTable):
+        blocks.append(Paragraph(f"Not refitted: {table.reason}."))
+        return blocks
+    rows = []
+    for r in table.rows:
+        rows.append((r.label, fmt(r.reference_flops), *_refit_cells(r.approach2),
+                     *_refit_cells(r.approach3)))
+    blocks.append(Table(("convention", "reference C", "Approach 2 a", "Approach 2 tokens/param",
+                         "Approach 3 a", "Approach 3 tokens/param"), tuple(rows),
+                        (False, True, False, False, False, False)))
+    spreads = [w for w in (_spread_words(table, "3"), _spread_words(table, "2")) if w]
+    moves = ("; ".join(spreads) + "." if spreads else
+             "No approach could be refitted under two conventions.")
+    boot = (f"{table.n_resamples} bootstrap resamples each" if table.n_resamples
+            else "no bootstrap")
+    laws = [f"C/D = {fmt(r.approach3.fit.per_token.coefficient)}·N^"
+            f"{fmt(r.approach3.fit.per_token.exponent)} for {r.n_label} (RMS "
+            f"{r.approach3.fit.per_token.rmse_log:.1%} in ln)"
+            for r in table.rows if r.c == "exact" and isinstance(r.approach3, Estimate)]
+    per_token = f" ({'; '.join(laws)})" if laws else ""
+    blocks.append(Paragraph(
+        f"The same fitted points under each way of counting N and C ({boot}; tokens per "
+        "parameter at the largest compute of the runs in that convention). Approach 3 is "
+        "refitted per N; its allocation under exact FLOPs uses FLOPs per token as a power "
+        f"law of N fitted to the runs{per_token}. {moves} The main analysis uses N = "
+        f"{result.conventions['N']}, C = {result.conventions['C']}."))
+    return blocks
+
+
+def schedules_section(result: Analysis) -> list[Block]:
+    """WSD against cosine runs; nothing at all when the sweep has no such pair."""
+    comp = result.schedules
+    if not isinstance(comp, ScheduleComparison):
+        return []
+    rows = []
+    for p in comp.pairs:
+        shape = (f"L{p.n_layer:.0f} d{p.d_model:.0f}" if p.n_layer == p.n_layer
+                 and p.d_model == p.d_model else "—")
+        rows.append((shape, fmt(p.N), fmt(p.D), f"{p.cosine_loss:.4f} ({p.n_cosine})",
+                     f"{p.wsd_loss:.4f} ({p.n_wsd})", f"{p.difference:+.4f}",
+                     _pct(p.rel_difference), "—" if p.z is None else f"{p.z:+.2f}",
+                     fmt(p.branched)))
+    se = comp.se_difference
+    mean = (f"Mean difference over {len(comp.pairs)} pair(s): {comp.mean_difference:+.4f} "
+            "nats/token" + ("" if se is None else f" ± {fmt(se)} (standard error)") + ".")
+    noise = ("" if comp.sigma is None else
+             f" z = difference / (σ·sqrt(1/n_cosine + 1/n_wsd)), σ = {fmt(comp.sigma)}: "
+             "|z| below about 2 is a difference the seeds alone could make.")
+    return [Heading("WSD branches vs cosine runs"),
+            Table(("shape", "N", "D (tokens)", "cosine loss (runs)", "WSD loss (runs)",
+                   "WSD − cosine", "relative", "z", "branched"), tuple(rows),
+                  (False, True, True, True, True, True, True, True, False)),
+            Paragraph(f"Cells trained with both schedules (seeds of a schedule averaged). "
+                      f"{mean}{noise} The main fits use the {result.selection.schedule} runs "
+                      "only.")]

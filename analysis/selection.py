@@ -1,0 +1,77 @@
+"""Which runs the fits read: main runs of one schedule, seed replicates averaged.
+
+Three rules, applied in this order, each leaving out runs with a reason:
+
+1. **Held-out runs are never fitted.** A run tagged ``role = holdout`` exists to test the
+   law's prediction (``analysis.holdout``); fitting it would make that test circular.
+2. **One learning-rate schedule.** A final loss depends on the schedule (a cosine run and
+   a WSD run of the same N and D end at different losses), so mixing them would bend the
+   law. When the main runs have several schedules the fits use the cosine runs (Chinchilla's
+   recipe, and the sweep's default) or, without cosine runs, the most common schedule; the
+   others are compared with them in ``analysis.schedules`` instead.
+3. **One point per cell.** Seed replicates are averaged (``analysis.noise``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.errors import DataError
+from analysis.noise import collapse_replicates
+from analysis.runs import Excluded, RunsTable
+from pipeline import keys
+
+PREFERRED_SCHEDULE = "cosine"
+
+
+@dataclass(frozen=True)
+class FitSelection:
+    """The runs split into what is fitted, what is held out, and what is left out."""
+
+    fitted: RunsTable
+    """What every fit reads: main runs of one schedule, one row per cell (seeds averaged)."""
+    replicates: RunsTable
+    """The same runs before averaging: the input of the noise estimate."""
+    holdout: RunsTable | None
+    """Runs with role "holdout" (None when there are none)."""
+    schedule: str
+    """The schedule of the fitted runs ("" when the runs do not record it)."""
+    left_out: tuple[Excluded, ...]
+    """Finished runs that are not fitted, with the reason (held out, another schedule)."""
+
+    @property
+    def n_averaged(self) -> int:
+        """Runs merged away by averaging seed replicates."""
+        return len(self.replicates) - len(self.fitted)
+
+
+def _names(runs: RunsTable, mask: np.ndarray) -> list[str]:
+    frame = runs.frame
+    names = frame["run_name"] if "run_name" in frame.columns else frame["run_id"]
+    return [str(n) or str(r) for n, r in zip(names[mask], frame["run_id"][mask], strict=True)]
+
+
+def select_runs(runs: RunsTable) -> FitSelection:
+    """Apply the three rules of the module docstring. DataError when nothing is left to fit."""
+    role = runs.values("role").astype(str).to_numpy()
+    held = role == keys.ROLE_HOLDOUT
+    if held.all():
+        raise DataError(f"{runs.source}: every run has role 'holdout'; nothing to fit")
+    left_out = [Excluded(name, "held out (role holdout): predicted, never fitted")
+                for name in _names(runs, held)]
+    schedule = runs.values("schedule").astype(str).to_numpy()
+    present, counts = np.unique(schedule[~held], return_counts=True)
+    chosen = (PREFERRED_SCHEDULE if PREFERRED_SCHEDULE in present
+              else str(present[np.argmax(counts)]))
+    other = ~held & (schedule != chosen)
+    for name, sched in zip(_names(runs, other), schedule[other], strict=True):
+        left_out.append(Excluded(name, f"schedule {sched or 'unknown'}: the fits use the "
+                                       f"{chosen or 'unknown-schedule'} runs only"))
+    replicates = runs.subset(~held & ~other)
+    return FitSelection(
+        fitted=collapse_replicates(replicates), replicates=replicates,
+        holdout=runs.subset(held) if held.any() else None, schedule=chosen,
+        left_out=tuple(left_out),
+    )

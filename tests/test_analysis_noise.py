@@ -1,0 +1,124 @@
+"""Run-to-run noise: the pooled σ of seed replicates, one fitted point per cell, and the
+residuals of the fits judged against σ."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.analyze import Skipped, analyze
+from analysis.noise import collapse_replicates, estimate_noise, replicate_groups
+from analysis.residuals import approach3_residuals, expected_rms
+from analysis.runs import runs_from_arrays
+from analysis.synthetic import ChinchillaLaw, replicated_runs
+
+LAW = ChinchillaLaw()
+BUDGETS = np.logspace(17, 19, 5)
+NOISE = 0.005
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return replicated_runs(LAW, BUDGETS, seeds=3, noise=NOISE, seed=1)
+
+
+@pytest.fixture(scope="module")
+def result(runs):
+    return analyze(runs, bootstrap=0, conventions=False)
+
+
+def _table(loss, seeds, n=None, d=None):
+    size = len(loss)
+    return runs_from_arrays(np.full(size, 1e6) if n is None else n,
+                            np.full(size, 1e8) if d is None else d, loss,
+                            run_ids=[f"r{i}" for i in range(size)], extra={"seed": seeds})
+
+
+def test_pooled_sigma_and_its_chi2_interval_by_hand():
+    # Groups (1.0, 1.2) and (2.0, 2.1, 2.2): squares 0.02 + 0.02 over 1 + 2 degrees of freedom.
+    runs = _table([1.0, 1.2, 2.0, 2.1, 2.2], [0, 1, 0, 1, 2],
+                  n=[1e6, 1e6, 2e6, 2e6, 2e6])
+    noise = estimate_noise(runs)
+    assert (noise.n_groups, noise.n_runs, noise.dof) == (2, 5, 3)
+    assert noise.sigma == pytest.approx(np.sqrt(0.04 / 3), rel=1e-12)
+    # chi2(3): 2.5% point 0.2158, 97.5% point 9.348.
+    assert noise.sigma_ci.low == pytest.approx(noise.sigma * np.sqrt(3 / 9.3484), rel=1e-4)
+    assert noise.sigma_ci.high == pytest.approx(noise.sigma * np.sqrt(3 / 0.21580), rel=1e-4)
+    assert [g.std_loss for g in noise.groups] == pytest.approx([np.sqrt(0.02), 0.1])
+
+
+def test_sigma_recovers_the_generating_noise(runs):
+    noise = estimate_noise(runs)
+    assert (noise.n_groups, noise.dof) == (35, 70)  # 5 budgets x 7 sizes, 3 seeds each
+    assert noise.rel_sigma == pytest.approx(NOISE, rel=0.25)
+    mean_loss = float(np.mean([g.mean_loss for g in noise.groups]))
+    assert noise.sigma == pytest.approx(NOISE * mean_loss, rel=0.25)
+
+
+def test_the_interval_covers_the_true_noise_95_percent_of_the_time():
+    # Lognormal noise is normal in ln L, so the chi-square interval of rel_sigma is exact.
+    draws = [estimate_noise(replicated_runs(LAW, BUDGETS[:2], seeds=2, sizes_per_budget=5,
+                                            noise=NOISE, seed=s)) for s in range(300)]
+    coverage = np.mean([n.rel_sigma_ci.contains(NOISE) for n in draws])
+    assert 0.91 <= coverage <= 0.99
+
+
+def test_no_replicates_and_repeated_seeds_are_not_noise():
+    assert isinstance(estimate_noise(_table([3.0, 2.9, 2.8], [0, 0, 0],
+                                            n=[1e6, 2e6, 4e6])), Skipped)
+    # Two rows of one cell with the same seed (published data without seeds): not replicates.
+    same_seed = _table([3.0, 3.1, 2.9], [0, 0, 1], n=[1e6, 1e6, 2e6])
+    assert replicate_groups(same_seed) == []
+    assert len(collapse_replicates(same_seed)) == 3
+
+
+def test_collapse_averages_a_cell_into_its_lowest_seed_row():
+    runs = _table([3.0, 3.3, 3.6, 2.5], [2, 0, 1, 0], n=[1e6, 1e6, 1e6, 2e6])
+    points = collapse_replicates(runs)
+    frame = points.frame.set_index("run_id")
+    assert list(frame.index) == ["r1", "r3"]  # seed 0 represents the cell
+    assert frame.loc["r1", "loss"] == pytest.approx(3.3)
+    assert frame.loc["r1", "n_seeds"] == 3 and frame.loc["r3", "n_seeds"] == 1
+    assert frame.loc["r1", "loss_std"] == pytest.approx(0.3)
+    assert np.isnan(frame.loc["r3", "loss_std"])
+    assert len(runs) == 4  # the input table is not modified
+
+
+def test_fits_count_cells_not_seeds(runs, result):
+    cells = len(runs) // 3
+    assert result.n_runs == len(runs) and len(result.fitted_runs) == cells
+    assert result.approach3.fit.n_points == cells
+    assert result.selection.n_averaged == len(runs) - cells
+    # The same as fitting the seed-averaged table directly.
+    means = runs.frame.groupby(["N", "D"], sort=False)["loss"].mean()
+    first = runs.frame.drop_duplicates(["N", "D"])
+    direct = analyze(runs_from_arrays(first["N"], first["D"], means.to_numpy(),
+                                      budget=first["budget"]), bootstrap=0,
+                     approaches=("3",), conventions=False)
+    # (Fitting all 105 runs instead gives alpha 0.3435: the test tells the two apart.)
+    assert result.approach3.fit.alpha == pytest.approx(direct.approach3.fit.alpha, rel=1e-6)
+
+
+def test_expected_rms_counts_seeds_and_degrees_of_freedom():
+    assert expected_rms(0.1, np.ones(6), 3) == pytest.approx(0.1 * np.sqrt(3 / 6))
+    assert expected_rms(0.1, np.full(6, 4.0), 3) == pytest.approx(0.05 * np.sqrt(3 / 6))
+    assert expected_rms(0.1, np.ones(3), 3) is None  # an exact interpolation
+    assert expected_rms(None, np.ones(6), 3) is None
+
+
+def test_the_true_law_fits_down_to_the_noise(result):
+    ratios = {r.what: r.ratio for r in result.residuals}
+    assert set(ratios) == {"Approach 3"} | {f"Approach 2, budget {b:.4g}" for b in BUDGETS}
+    assert 0.7 < ratios["Approach 3"] < 1.4
+    # One budget has 7 - 3 = 4 degrees of freedom: single ratios scatter, their median less.
+    assert 0.5 < np.median([r for w, r in ratios.items() if w != "Approach 3"]) < 1.5
+
+
+def test_a_misfit_is_many_times_the_noise(runs, result):
+    # A systematic wiggle in ln N that no E + A/N^α + B/D^β can follow.
+    bent = runs.frame.assign(loss=runs.frame["loss"] * (1 + 0.03 * np.sin(2 * np.log(
+        runs.frame["N"]))))
+    bad = analyze(runs.with_frame(bent), bootstrap=0, approaches=("3",), conventions=False)
+    check = approach3_residuals(bad.fitted_runs, bad.approach3.fit, bad.noise.sigma)
+    assert check.ratio > 4
+    assert bad.residuals[0] == check

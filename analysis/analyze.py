@@ -37,7 +37,7 @@ from analysis.errors import FitError
 from analysis.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
 from analysis.holdout import HoldoutCheck, check_holdout
 from analysis.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
-from analysis.noise import NoiseEstimate, estimate_noise
+from analysis.noise import NoiseEstimate, NoiseSplit, estimate_noise, split_by_optimum
 from analysis.residuals import ResidualCheck, approach2_residuals, approach3_residuals
 from analysis.results import Estimate, Skipped
 from analysis.runs import Excluded, RunsTable
@@ -77,6 +77,8 @@ class Analysis:
     convention_refits: ConventionTable | Skipped
     schedules: ScheduleComparison | Skipped
     extrapolation: Mapping[str, ExtrapolationCheck | Skipped] = field(default_factory=dict)
+    noise_split: NoiseSplit | None = None
+    """The noise near each budget's Approach 2 optimum and away from it (None without both)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
@@ -201,8 +203,14 @@ def analyze(
         selection=selection, noise=noise, residuals=residuals,
         holdout=check_holdout(selection.holdout, a3, a2),
         convention_refits=refits, schedules=compare_schedules(all_runs, sigma),
-        extrapolation=extrapolation,
+        extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
     )
+
+
+def _noise_split(noise: NoiseEstimate | Skipped, a2: Estimate | Skipped) -> NoiseSplit | None:
+    if isinstance(noise, Skipped) or isinstance(a2, Skipped):
+        return None
+    return split_by_optimum(noise, {m.budget: m.n_opt for m in a2.fit.budgets if m.ok})
 
 
 def _extrapolation(runs: RunsTable, a2: Estimate | Skipped,

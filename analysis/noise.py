@@ -144,6 +144,51 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
         rel_sigma_ci=_chi2_interval(rel, dof), groups=tuple(out))
 
 
+NEAR_FACTOR = 2.0
+"""A replicate group is "near the optimum" when its N is within this factor of its budget's
+Approach 2 N_opt."""
+
+
+@dataclass(frozen=True)
+class NoiseSplit:
+    """σ near each budget's optimum and further out: the noise is not the same everywhere.
+
+    Runs far from the optimum at a fixed budget are the short ones (large N, few steps) or
+    the capacity-bound ones (small N, many epochs); short runs in particular scatter more
+    from seed to seed, so the pooled σ overstates the noise where N_opt is read.
+    """
+
+    factor: float
+    near: float | None
+    """Pooled σ of the groups within `factor` of their budget's N_opt (None: no such group)."""
+    near_dof: int
+    far: float | None
+    far_dof: int
+    n_over_n_opt: tuple[float, ...]
+    """N / N_opt of each group of NoiseEstimate.groups (NaN: no interior minimum there)."""
+
+
+def split_by_optimum(noise: NoiseEstimate, n_opt: dict[float, float],
+                     factor: float = NEAR_FACTOR) -> NoiseSplit:
+    """Pool the groups' variances separately near and away from N_opt (budget -> N_opt)."""
+    ratio = tuple(g.N / n_opt[g.budget] if g.budget in n_opt else float("nan")
+                  for g in noise.groups)
+    sums = {True: [0.0, 0], False: [0.0, 0]}
+    for g, r in zip(noise.groups, ratio, strict=True):
+        if not np.isfinite(r):
+            continue
+        near = abs(np.log(r)) <= np.log(factor)
+        sums[near][0] += g.std_loss ** 2 * (len(g.seeds) - 1)
+        sums[near][1] += len(g.seeds) - 1
+
+    def pooled(key: bool) -> float | None:
+        total, dof = sums[key]
+        return float(np.sqrt(total / dof)) if dof else None
+
+    return NoiseSplit(factor=factor, near=pooled(True), near_dof=int(sums[True][1]),
+                      far=pooled(False), far_dof=int(sums[False][1]), n_over_n_opt=ratio)
+
+
 def collapse_replicates(runs: RunsTable) -> RunsTable:
     """One row per replicate group (mean loss and val_bpb over its seeds); others unchanged.
 

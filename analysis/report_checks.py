@@ -82,12 +82,22 @@ def noise_section(result: Analysis) -> list[Block]:
             "of freedom; the interval is the χ² interval of a standard deviation). Before any "
             "fit, the seeds of a cell are averaged into one point, so the fits and their "
             f"bootstrap count cells, not seeds ({result.selection.n_averaged} runs merged)."))
+        split = result.noise_split
+        ratios = split.n_over_n_opt if split is not None else (float("nan"),) * noise.n_groups
         blocks.append(Table(
-            ("N", "D (tokens)", "budget", "seeds", "mean loss", "std over seeds"),
-            tuple((fmt(g.N), fmt(g.D), fmt(g.budget), ", ".join(map(str, g.seeds)),
+            ("N", "D (tokens)", "budget", "N / N_opt", "seeds", "mean loss", "std over seeds"),
+            tuple((fmt(g.N), fmt(g.D), fmt(g.budget), fmt(r), ", ".join(map(str, g.seeds)),
                    f"{g.mean_loss:.4f}", fmt(g.std_loss))
-                  for g in noise.groups[:MAX_GROUP_ROWS]),
-            (True, True, True, False, True, True)))
+                  for g, r in zip(noise.groups[:MAX_GROUP_ROWS], ratios, strict=False)),
+            (True, True, True, True, False, True, True)))
+        if split is not None and split.near is not None and split.far is not None:
+            blocks.append(Paragraph(
+                f"The noise is not uniform: within {split.factor:g}x of their budget's N_opt "
+                f"(Approach 2) the groups give σ = {fmt(split.near)} ({split.near_dof} degrees "
+                f"of freedom), further out σ = {fmt(split.far)} ({split.far_dof}). Far from "
+                "the optimum at a fixed budget a run is either short (large N, few steps), "
+                "where the seed decides more of the outcome, or small and repeating its data; "
+                "the pooled σ above, which the ratios below use, is dominated by those."))
         if noise.n_groups > MAX_GROUP_ROWS:
             blocks.append(Paragraph(f"The first {MAX_GROUP_ROWS} of {noise.n_groups} groups "
                                     "are shown (all of them in `fit.json`)."))

@@ -187,6 +187,9 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
             "left_out": [{"run": e.run, "reason": e.reason} for e in sel.left_out],
         },
         "noise": noise_to_json(result.noise),
+        "noise_split": None if result.noise_split is None else {
+            k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in result.noise_split.__dict__.items()},
         "residuals": [{**r.__dict__, "ratio": r.ratio} for r in result.residuals],
         "holdout": holdout_to_json(result.holdout),
         "convention_refits": conventions_to_json(result.convention_refits),

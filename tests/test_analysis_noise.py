@@ -3,6 +3,8 @@ residuals of the fits judged against σ."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,26 @@ def test_a_misfit_is_many_times_the_noise(runs, result):
     check = approach3_residuals(bad.fitted_runs, bad.approach3.fit, bad.noise.sigma)
     assert check.ratio > 4
     assert bad.residuals[0] == check
+
+
+def test_noise_is_pooled_separately_near_and_away_from_the_optimum() -> None:
+    from analysis.bootstrap import Interval
+    from analysis.noise import NoiseEstimate, NoiseGroup, split_by_optimum
+
+    def group(n: float, budget: float, std: float, seeds: int = 3) -> NoiseGroup:
+        return NoiseGroup(family="gpt", N=n, D=1e6, budget=budget, schedule="cosine",
+                          seeds=tuple(range(seeds)), run_ids=tuple("r" * (i + 1) for i in
+                                                                   range(seeds)),
+                          mean_loss=2.0, std_loss=std)
+
+    groups = (group(1e4, 1e11, 0.01), group(3e4, 1e11, 0.1), group(1.5e4, 1e11, 0.02, 2),
+              group(1e4, 5e11, 0.5))  # the last budget has no interior minimum
+    noise = NoiseEstimate(n_groups=4, n_runs=11, dof=7, sigma=0.0, sigma_ci=Interval(0, 0),
+                          rel_sigma=0.0, rel_sigma_ci=Interval(0, 0), groups=groups)
+    split = split_by_optimum(noise, {1e11: 1e4}, factor=2.0)
+    # Near: the 1e4 group (ratio 1, dof 2) and the 1.5e4 group (ratio 1.5, dof 1).
+    assert split.near == pytest.approx(math.sqrt((2 * 0.01**2 + 1 * 0.02**2) / 3))
+    assert (split.near_dof, split.far_dof) == (3, 2)
+    assert split.far == pytest.approx(0.1)  # 3e4 is 3x N_opt
+    assert split.n_over_n_opt[:3] == pytest.approx((1.0, 3.0, 1.5))
+    assert math.isnan(split.n_over_n_opt[3])

@@ -188,8 +188,9 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
         },
         "noise": noise_to_json(result.noise),
         "noise_split": None if result.noise_split is None else {
-            k: (list(v) if isinstance(v, tuple) else v)
-            for k, v in result.noise_split.__dict__.items()},
+            **result.noise_split.__dict__,  # NaN ratio (no interior minimum) -> null
+            "n_over_n_opt": [r if np.isfinite(r) else None
+                             for r in result.noise_split.n_over_n_opt]},
         "residuals": [{**r.__dict__, "ratio": r.ratio} for r in result.residuals],
         "holdout": holdout_to_json(result.holdout),
         "convention_refits": conventions_to_json(result.convention_refits),

@@ -62,7 +62,8 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     assert set(out) == {"schema", "source", "n_runs", "excluded", "conventions",
                         "reference_flops", "bootstrap", "approaches", "comparison",
                         "extrapolation", "fitted", "noise", "residuals", "holdout",
-                        "convention_refits", "schedules"}
+                        "convention_refits", "schedules", "noise_split"}
+    assert out["noise_split"] is None
     # No seeds, no held-out runs, no WSD runs: each check says so instead of inventing one.
     assert out["noise"]["status"] == out["holdout"]["status"] == "skipped"
     assert out["schedules"] == {"status": "skipped",

@@ -31,6 +31,7 @@ from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.document import to_html, to_markdown
 from analysis.errors import AnalysisError
 from analysis.figures import Context, draw_all
+from analysis.planned import restrict_to_plan
 from analysis.provenance import provenance_lines
 from analysis.report_sections import ReportInput, build
 from analysis.samples import PROMPT, sample_jobs
@@ -139,6 +140,8 @@ def write_report(args: argparse.Namespace) -> Path:
     """Load, fit, draw and write; returns the path of report.html."""
     started = time.monotonic()
     runs, curves = load_input(args)
+    if args.sweep and args.sweep_file:
+        runs = restrict_to_plan(runs, args.sweep_file)
     name = args.name or (args.sweep if args.sweep else Path(args.csv).stem)
     out = Path(args.out) if args.out else Path("reports") / name
     check_target(out)

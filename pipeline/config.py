@@ -278,6 +278,9 @@ class TrainSection(Strict):
     """Width at which the peak LR equals `lr`."""
     warmup_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.05
     """Warmup length as a fraction of each run's steps."""
+    warmup_min_steps: Annotated[int, Field(ge=0)] = 0
+    """Warmup at least this many steps, but at most a fifth of the run (short runs whose
+    fractional warmup is a few dozen steps start unstably; docs/recipes.md)."""
     schedule: Literal["cosine", "wsd", "constant"] = "cosine"
     """cosine decays over exactly each run's steps (Chinchilla: cosine length matches D)."""
     schedules: Annotated[list[Literal["cosine", "wsd", "constant"]],

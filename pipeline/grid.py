@@ -143,9 +143,12 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, seed: int,
     the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
     lr = base_lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
+    warmup = int(t.warmup_fraction * warmup_of)
+    if t.warmup_min_steps:  # a floor for short runs, never above a fifth of the run
+        warmup = max(warmup, min(t.warmup_min_steps, warmup_of // 5))
     return TrainSpec(
         batch_size=t.batch_size, lr=lr, min_lr_ratio=t.min_lr_ratio,
-        warmup_steps=int(t.warmup_fraction * warmup_of), schedule=schedule,
+        warmup_steps=warmup, schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
         eval_batches=t.eval_batches, precision=t.precision,

@@ -494,6 +494,7 @@ def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Pla
     from analysis.approach2 import fit_approach2
     from analysis.errors import AnalysisError
     from analysis.load import load_sweep as load_runs
+    from analysis.planned import restrict_to_plan
 
     assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
     try:
@@ -501,8 +502,9 @@ def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Pla
                          with_curves=False, log=lambda _m: None).runs
     except AnalysisError as e:
         raise HoldoutError(f"cannot load the main runs: {e}") from e
+    runs = restrict_to_plan(runs, sweep_file)  # not the runs of an earlier recipe
     frame = runs.frame
-    main = frame[frame["role"] != keys.ROLE_HOLDOUT] if "role" in frame else frame
+    main = frame[frame["role"] != keys.ROLE_HOLDOUT]
     try:
         fit = fit_approach2(*(main[k].to_numpy(float) for k in ("N", "D", "C", "loss", "budget")))
     except AnalysisError as e:

@@ -224,6 +224,8 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
         runs = table
 
     monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
+    # Synthetic runs carry no planned run_id: keep them all (restrict_to_plan is tested below).
+    monkeypatch.setattr("analysis.planned.restrict_to_plan", lambda runs, _file: runs)
     doc = _iso(budgets=[1e10, 3e10, 1e11, 3e11], holdout={"budgets": [1e12], "count": 1},
                replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
@@ -271,3 +273,43 @@ def test_bad_variants_are_refused_naming_the_variant(tmp_path: Path, variant: di
     with pytest.raises(SweepError) as err:
         load_sweep(_write(tmp_path, doc))
     assert message in str(err.value)
+
+
+def test_warmup_floor_lengthens_short_runs_only(tmp_path: Path) -> None:
+    doc = _iso(replicates=None, holdout=None, budgets=[3e9, 2e10, 1e11])
+    doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
+    plain = {s.run_id: s for s in expand(load_sweep(_write(tmp_path, doc)), tmp_path).specs}
+    doc["train"] = {**doc["train"], "warmup_min_steps": 100}
+    floored = expand(load_sweep(_write(tmp_path, doc)), tmp_path).specs
+    for s in floored:
+        frac = int(0.05 * s.steps)
+        assert s.train.warmup_steps == max(frac, min(100, s.steps // 5))
+        # A run whose 5% warmup already reaches the floor is the same run (same run_id).
+        assert (s.run_id in plain) == (s.train.warmup_steps == frac)
+    assert any(s.run_id in plain for s in floored)
+    assert any(s.run_id not in plain for s in floored)
+
+
+def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
+    """After an edit of the sweep file, the ledger's runs of the old recipe are not fitted."""
+    from analysis.errors import DataError
+    from analysis.planned import restrict_to_plan
+    from analysis.runs import runs_from_arrays
+
+    doc = _iso(replicates=None, holdout=None)
+    doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
+    old = expand(load_sweep(_write(tmp_path, doc)), tmp_path).specs
+    doc["train"] = {**doc["train"], "lr": 1e-3}
+    path = _write(tmp_path, doc)
+    new = expand(load_sweep(path), tmp_path).specs
+    specs = old + new + [new[0]]
+    n = [float(flops.params_total(s.model)) for s in specs]
+    table = runs_from_arrays(n, [float(s.tokens) for s in specs], [2.0] * len(specs),
+                             run_ids=[s.run_id for s in specs[:-1]] + ["held"])
+    table.frame["role"] = [keys.ROLE_MAIN] * (len(specs) - 1) + [keys.ROLE_HOLDOUT]
+    kept = restrict_to_plan(table, path)
+    assert list(kept.frame["run_id"]) == [s.run_id for s in new] + ["held"]
+    assert len(kept.excluded) == len(old)
+    assert all("earlier recipe" in e.reason for e in kept.excluded)
+    with pytest.raises(DataError, match="none of its"):
+        restrict_to_plan(table.subset([True] * len(old) + [False] * (len(new) + 1)), path)

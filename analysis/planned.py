@@ -1,0 +1,50 @@
+"""Keep the runs of a sweep's current plan: a ledger also holds the runs of earlier recipes.
+
+Why: run_id is a hash of what is trained, so editing a sweep file (a longer warmup, another
+LR) plans new runs under new ids, and the runs of the old recipe stay in the MLflow experiment,
+finished. Fitted together, two recipes of one cell would be two points of one law. Given the
+sweep file, the report and the held-out planning keep the runs the file plans now, plus the
+held-out runs (planned from a fit, so not in the file's plan), and say which were left out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from analysis.errors import DataError
+from analysis.runs import Excluded, RunsTable
+from pipeline import keys
+
+
+def restrict_to_plan(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
+    """The runs whose run_id the sweep file plans now (and held-out runs); the rest excluded.
+
+    A sweep whose vocabulary depends on the corpus (chars tokenizer) is returned unchanged:
+    its plan cannot be known without reading the corpus.
+    """
+    from pipeline.config import SweepError, load_sweep
+    from pipeline.grid import expand, vocab_size_for
+
+    try:
+        cfg = load_sweep(sweep_file)
+    except SweepError as e:
+        raise DataError(str(e)) from e
+    vocab = vocab_size_for(cfg)
+    if vocab is None:
+        return runs
+    planned = {s.run_id for s in expand(cfg, sweep_file, vocab).specs}
+    run_id = runs.frame["run_id"].astype(str).to_numpy()
+    keep = np.isin(run_id, list(planned)) | (runs.values("role").astype(str).to_numpy()
+                                              == keys.ROLE_HOLDOUT)
+    if keep.all():
+        return runs
+    if not keep.any():
+        raise DataError(f"{runs.source}: none of its {len(runs)} runs is planned by "
+                        f"{sweep_file} (another sweep, or every run of an earlier recipe)")
+    names = runs.frame["run_name"] if "run_name" in runs.frame.columns else runs.frame["run_id"]
+    stale = tuple(Excluded(str(n) or str(r), f"not planned by {sweep_file} as it is now (an "
+                           "earlier recipe of this sweep)")
+                  for n, r in zip(names[~keep], run_id[~keep], strict=True))
+    return runs.subset(keep, excluded=runs.excluded + stale)

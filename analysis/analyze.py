@@ -38,6 +38,7 @@ from analysis.extrapolation import ExtrapolationCheck, check_approach2, check_ap
 from analysis.holdout import HoldoutCheck, check_holdout
 from analysis.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
 from analysis.noise import NoiseEstimate, NoiseSplit, estimate_noise, split_by_optimum
+from analysis.propagation import propagate_noise_approach2
 from analysis.residuals import ResidualCheck, approach2_residuals, approach3_residuals
 from analysis.results import Estimate, Skipped
 from analysis.runs import Excluded, RunsTable
@@ -79,6 +80,8 @@ class Analysis:
     extrapolation: Mapping[str, ExtrapolationCheck | Skipped] = field(default_factory=dict)
     noise_split: NoiseSplit | None = None
     """The noise near each budget's Approach 2 optimum and away from it (None without both)."""
+    noise_propagation: Bootstrap | Skipped = field(default_factory=lambda: Skipped("not run"))
+    """Approach 2 refitted on simulated re-runs with the measured σ (analysis.propagation)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
@@ -204,7 +207,22 @@ def analyze(
         holdout=check_holdout(selection.holdout, a3, a2),
         convention_refits=refits, schedules=compare_schedules(all_runs, sigma),
         extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
+        noise_propagation=_propagation(runs, sigma, a2, ref, bootstrap, seed),
     )
+
+
+def _propagation(runs: RunsTable, sigma: float | None, a2: Estimate | Skipped, ref: float,
+                 n: int, seed: int) -> Bootstrap | Skipped:
+    if sigma is None:
+        return Skipped("no noise measured (no seed replicates)")
+    if isinstance(a2, Skipped):
+        return Skipped("Approach 2 was not fitted")
+    if n <= 0:
+        return Skipped("no resamples asked for (--bootstrap 0)")
+    try:
+        return propagate_noise_approach2(runs, sigma, flops=ref, n_simulations=n, seed=seed)
+    except FitError as err:
+        return Skipped(str(err))
 
 
 def _noise_split(noise: NoiseEstimate | Skipped, a2: Estimate | Skipped) -> NoiseSplit | None:

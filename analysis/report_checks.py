@@ -6,7 +6,7 @@ places these sections); every number comes from the Analysis that fit.json seria
 from __future__ import annotations
 
 from analysis.analyze import Analysis
-from analysis.bootstrap import Interval
+from analysis.bootstrap import Bootstrap, Interval
 from analysis.conventions import ConventionTable
 from analysis.document import Block, Heading, Paragraph, Table
 from analysis.holdout import FrontierLaw, HoldoutCheck
@@ -49,8 +49,13 @@ def noise_summary(result: Analysis) -> str | None:
               "; residual/noise ratio: Approach 3 "
               + next((fmt(r.ratio) for r in ratios if r.what == "Approach 3"), "—")
               + f", largest {fmt(worst.ratio)} ({worst.what})")
+    prop = result.noise_propagation
+    spread = ("" if not isinstance(prop, Bootstrap) or "a" not in prop.samples else
+              f". Re-running every run with another seed would move Approach 2's a within "
+              f"{fmt_interval(prop.interval('a'))} (noise propagation; the bootstrap over "
+              "runs above also varies the grid)")
     return (f"**Run-to-run noise** from {noise.n_groups} seed-replicate groups: "
-            f"{_noise_words(noise)}{judged}.")
+            f"{_noise_words(noise)}{judged}{spread}.")
 
 
 def holdout_summary(result: Analysis) -> str:
@@ -91,13 +96,15 @@ def noise_section(result: Analysis) -> list[Block]:
                   for g, r in zip(noise.groups[:MAX_GROUP_ROWS], ratios, strict=False)),
             (True, True, True, True, False, True, True)))
         if split is not None and split.near is not None and split.far is not None:
-            blocks.append(Paragraph(
-                f"The noise is not uniform: within {split.factor:g}x of their budget's N_opt "
-                f"(Approach 2) the groups give σ = {fmt(split.near)} ({split.near_dof} degrees "
-                f"of freedom), further out σ = {fmt(split.far)} ({split.far_dof}). Far from "
-                "the optimum at a fixed budget a run is either short (large N, few steps), "
-                "where the seed decides more of the outcome, or small and repeating its data; "
-                "the pooled σ above, which the ratios below use, is dominated by those."))
+            text = (f"Within {split.factor:g}x of their budget's N_opt (Approach 2) the groups "
+                    f"give σ = {fmt(split.near)} ({split.near_dof} degrees of freedom), further "
+                    f"out σ = {fmt(split.far)} ({split.far_dof}).")
+            if split.far > 1.5 * split.near:
+                text += (" The noise is not uniform: far from the optimum at a fixed budget a "
+                         "run is either short (large N, few steps), where the seed decides "
+                         "more of the outcome, or small and repeating its data; the pooled σ "
+                         "above, which the ratios below use, is dominated by those.")
+            blocks.append(Paragraph(text))
         if noise.n_groups > MAX_GROUP_ROWS:
             blocks.append(Paragraph(f"The first {MAX_GROUP_ROWS} of {noise.n_groups} groups "
                                     "are shown (all of them in `fit.json`)."))
@@ -105,6 +112,20 @@ def noise_section(result: Analysis) -> list[Block]:
         blocks.append(Paragraph(
             f"Not measured: {noise.reason}. Without it the residuals below have no scale; "
             "repeat a few cells with other seeds (`train.seed`) to measure it."))
+    prop = result.noise_propagation
+    if isinstance(prop, Bootstrap):
+        a2 = result.approach2
+        boot = ("" if isinstance(a2, Skipped) or a2.ci95("a") is None else
+                f"; the bootstrap over runs gives {fmt_interval(a2.ci95('a'))}")
+        blocks.append(Paragraph(
+            f"Noise propagation: Approach 2 refitted on {prop.n_resamples} simulated re-runs "
+            f"(every fitted point plus Gaussian noise of σ/sqrt(seeds averaged); "
+            f"{prop.n_failed} could not be fitted) gives a {fmt_interval(prop.interval('a'))}, "
+            f"b {fmt_interval(prop.interval('b'))}, tokens per parameter "
+            f"{fmt_interval(prop.interval('tokens_per_param'))}: the share of the "
+            f"uncertainty of a that another seed for every run would bring{boot}, which also "
+            "counts which sizes were trained. It ignores the parabolas' misfit (the ratios "
+            "below), so it is a lower bound."))
     if result.residuals:
         rows = tuple((r.what, str(r.n_points), str(r.n_params), fmt(r.rms),
                       fmt(r.expected_rms), fmt(r.ratio)) for r in result.residuals)

@@ -21,10 +21,11 @@ from analysis.conventions import ConventionTable, GeneralAllocation
 from analysis.holdout import FrontierLaw, HoldoutCheck
 from analysis.kaplan import KaplanFit
 from analysis.noise import NoiseEstimate
+from analysis.results import Skipped
 from analysis.schedules import ScheduleComparison
 
 if TYPE_CHECKING:
-    from analysis.analyze import Analysis, Estimate, Skipped
+    from analysis.analyze import Analysis, Estimate
 
 SCHEMA = "scaling-analysis/1"
 
@@ -187,6 +188,13 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
             "left_out": [{"run": e.run, "reason": e.reason} for e in sel.left_out],
         },
         "noise": noise_to_json(result.noise),
+        "noise_propagation": (
+            _skipped(result.noise_propagation.reason)
+            if isinstance(result.noise_propagation, Skipped) else
+            {"status": "ok", "simulations": result.noise_propagation.n_resamples,
+             "failed": result.noise_propagation.n_failed,
+             "intervals": {k: result.noise_propagation.interval(k).as_list()
+                           for k in ("a", "b", "tokens_per_param")}}),
         "noise_split": None if result.noise_split is None else {
             **result.noise_split.__dict__,  # NaN ratio (no interior minimum) -> null
             "n_over_n_opt": [r if np.isfinite(r) else None

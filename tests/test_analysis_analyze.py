@@ -62,8 +62,9 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     assert set(out) == {"schema", "source", "n_runs", "excluded", "conventions",
                         "reference_flops", "bootstrap", "approaches", "comparison",
                         "extrapolation", "fitted", "noise", "residuals", "holdout",
-                        "convention_refits", "schedules", "noise_split"}
+                        "convention_refits", "schedules", "noise_split", "noise_propagation"}
     assert out["noise_split"] is None
+    assert out["noise_propagation"]["status"] == "skipped"
     # No seeds, no held-out runs, no WSD runs: each check says so instead of inventing one.
     assert out["noise"]["status"] == out["holdout"]["status"] == "skipped"
     assert out["schedules"] == {"status": "skipped",

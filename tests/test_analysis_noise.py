@@ -147,3 +147,37 @@ def test_noise_is_pooled_separately_near_and_away_from_the_optimum() -> None:
     assert split.far == pytest.approx(0.1)  # 3e4 is 3x N_opt
     assert split.n_over_n_opt[:3] == pytest.approx((1.0, 3.0, 1.5))
     assert math.isnan(split.n_over_n_opt[3])
+
+
+def test_noise_propagation_is_the_spread_that_the_noise_alone_brings() -> None:
+    from analysis.approach2 import fit_approach2
+    from analysis.errors import FitError
+    from analysis.propagation import propagate_noise_approach2
+
+    runs = collapse_replicates(replicated_runs(LAW, BUDGETS, seeds=3, noise=0.0, seed=1))
+    n, d, c, loss, budget = (runs.column(k) for k in ("N", "D", "C", "loss", "budget"))
+    exact = fit_approach2(n, d, c, loss, budget).a
+    ref = float(c.max())
+    tiny = propagate_noise_approach2(runs, 1e-9, flops=ref, n_simulations=20, seed=0)
+    assert tiny.interval("a").high - tiny.interval("a").low < 1e-5
+    assert tiny.interval("a").contains(exact) or abs(tiny.samples["a"][0] - exact) < 1e-6
+    small = propagate_noise_approach2(runs, 0.005, flops=ref, n_simulations=200, seed=0)
+    large = propagate_noise_approach2(runs, 0.02, flops=ref, n_simulations=200, seed=0)
+    width = [b.interval("a").high - b.interval("a").low for b in (small, large)]
+    assert 0 < width[0] < width[1]  # more noise, a wider interval of a
+    assert small.interval("a").contains(exact)
+    with pytest.raises(FitError, match="positive σ"):
+        propagate_noise_approach2(runs, 0.0, flops=ref, n_simulations=5, seed=0)
+
+
+def test_analysis_reports_the_propagation_only_with_measured_noise() -> None:
+    from analysis.bootstrap import Bootstrap
+
+    with_seeds = analyze(replicated_runs(LAW, BUDGETS, seeds=3, noise=NOISE, seed=1),
+                         bootstrap=30, approaches=("2",), conventions=False)
+    assert isinstance(with_seeds.noise_propagation, Bootstrap)
+    assert with_seeds.noise_propagation.n_resamples == 30
+    one_seed = analyze(replicated_runs(LAW, BUDGETS, seeds=1, noise=NOISE, seed=1),
+                       bootstrap=30, approaches=("2",), conventions=False)
+    assert isinstance(one_seed.noise_propagation, Skipped)
+    assert "no noise measured" in one_seed.noise_propagation.reason

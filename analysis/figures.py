@@ -34,6 +34,7 @@ from analysis.approach3 import fit_approach3
 from analysis.envelope import build_curves, envelope, interior_points
 from analysis.errors import FitError
 from analysis.extrapolation import ExtrapolationCheck, holdout_split
+from analysis.holdout import FrontierLaw, HoldoutCheck
 from analysis.kaplan import lower_frontier
 from analysis.runs import RunsTable
 
@@ -225,9 +226,21 @@ def frontier_figure(ctx: Context) -> Figure:
         if env is not None:  # lowest loss reached with at most C: a monotone frontier
             handles += ax.plot(env.flops, np.minimum.accumulate(env.loss), color="black",
                                lw=1.4, zorder=2, label="lowest loss reached with ≤ C")
+    held = ctx.result.holdout
+    top = c.max() * 2.0
+    if isinstance(held, HoldoutCheck):  # never fitted: the predictions are checked on them
+        hc = np.array([r.C for r in held.rows])
+        top = max(top, hc.max() * 1.3)
+        handles.append(ax.scatter(hc, [r.loss for r in held.rows], marker="*", s=220,
+                                  color="white", edgecolor="black", linewidth=1.2, zorder=6,
+                                  label="held-out run (never fitted)"))
+        if isinstance(held.frontier, FrontierLaw):
+            grid = np.geomspace(lo, top, 200)
+            handles += ax.plot(grid, held.frontier(grid), color="0.35", lw=1.2, ls=":",
+                               zorder=4, label="power law through the IsoFLOP minima")
     a3 = ctx.result.approach3
     if isinstance(a3, Estimate):
-        grid = np.geomspace(lo, c.max() * 2.0, 200)
+        grid = np.geomspace(lo, top, 200)
         handles += ax.plot(grid, a3.fit.optimal_loss(grid), color=HIGHLIGHT, lw=2.0, ls="--",
                            zorder=4, label="Approach 3 fit: L(N_opt(C), D_opt(C))")
     _log_axes(ax, loss_y=True)

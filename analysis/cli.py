@@ -37,6 +37,10 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flops-convention", default="6nd",
                         help="which final/flops_<convention> is C (default 6nd: C = 6ND, "
                              "the convention of Approach 3's allocation)")
+    parser.add_argument("--sweep-file", metavar="FILE",
+                        help="the sweep's YAML file: with --sweep, only the runs it plans now "
+                             "are used (not those of an earlier recipe); recorded with its "
+                             "sha256 in a report's provenance")
 
 
 def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None]:
@@ -46,7 +50,12 @@ def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None
     if args.sweep:
         data = load_sweep(args.sweep, tracking_uri=args.tracking_uri,
                           flops_convention=args.flops_convention)
-        return data.runs, data.curves
+        runs = data.runs
+        if args.sweep_file:
+            from analysis.planned import restrict_to_plan
+
+            runs = restrict_to_plan(runs, args.sweep_file)
+        return runs, data.curves
     runs = load_csv(args.csv, n_col=args.n_col, d_col=args.d_col, c_col=args.c_col,
                     loss_col=args.loss_col, budget_col=args.budget_col,
                     drop_highest_loss=args.drop_highest_loss)

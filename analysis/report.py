@@ -31,7 +31,6 @@ from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.document import to_html, to_markdown
 from analysis.errors import AnalysisError
 from analysis.figures import Context, draw_all
-from analysis.planned import restrict_to_plan
 from analysis.provenance import provenance_lines
 from analysis.report_sections import ReportInput, build
 from analysis.samples import PROMPT, sample_jobs
@@ -51,8 +50,6 @@ def parser() -> argparse.ArgumentParser:
                                 description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
-    p.add_argument("--sweep-file", metavar="FILE",
-                   help="the sweep's YAML file, recorded with its sha256 in the provenance")
     p.add_argument("--name", help="report name (default: the sweep name, or the CSV's stem)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: reports/<name>)")
     p.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
@@ -139,9 +136,7 @@ def _log(message: str) -> None:
 def write_report(args: argparse.Namespace) -> Path:
     """Load, fit, draw and write; returns the path of report.html."""
     started = time.monotonic()
-    runs, curves = load_input(args)
-    if args.sweep and args.sweep_file:
-        runs = restrict_to_plan(runs, args.sweep_file)
+    runs, curves = load_input(args)  # with --sweep-file: the runs it plans now
     name = args.name or (args.sweep if args.sweep else Path(args.csv).stem)
     out = Path(args.out) if args.out else Path("reports") / name
     check_target(out)

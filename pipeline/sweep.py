@@ -32,7 +32,8 @@ from rich.table import Table
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
 from pipeline.data import TokenData
-from pipeline.grid import Plan, data_spec_for, expand, plan_holdout, vocab_size_for
+from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
+from pipeline.holdout import HoldoutError, holdout_plan
 from pipeline.spec import RunSpec, branch_folder
 
 # Plain logs (CI, files) get wide lines instead of rich's 80-column default.
@@ -477,44 +478,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         _report(cfg.name, uri, args.sweep_file)
     return 1 if failed else 0
-
-
-class HoldoutError(RuntimeError):
-    """The held-out runs cannot be planned (the main budgets give no fit)."""
-
-
-def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Plan:
-    """The held-out runs, at the size that the main budgets' fit predicts optimal.
-
-    The predictor is Approach 2 (IsoFLOP parabolas -> N_opt = k C^a), fitted on the main
-    runs in the ledger with C under the sweep's planning convention, so N_opt(C) is read at
-    the held-out budget in the same units. Its N_opt is a plan, not a result: the report
-    compares the held-out loss with what every fit predicts for the size actually trained.
-    """
-    from analysis.approach2 import fit_approach2
-    from analysis.errors import AnalysisError
-    from analysis.load import load_sweep as load_runs
-    from analysis.planned import restrict_to_plan
-
-    assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
-    try:
-        runs = load_runs(cfg.name, tracking_uri=uri, flops_convention=cfg.flops_convention,
-                         with_curves=False, log=lambda _m: None).runs
-    except AnalysisError as e:
-        raise HoldoutError(f"cannot load the main runs: {e}") from e
-    runs = restrict_to_plan(runs, sweep_file)  # not the runs of an earlier recipe
-    frame = runs.frame
-    main = frame[frame["role"] != keys.ROLE_HOLDOUT]
-    try:
-        fit = fit_approach2(*(main[k].to_numpy(float) for k in ("N", "D", "C", "loss", "budget")))
-    except AnalysisError as e:
-        raise HoldoutError(f"Approach 2 cannot be fitted on the main budgets, so there is no "
-                           f"predicted optimum to train at: {e}") from e
-    n_opt = {c: float(fit.n_opt(c)) for c in cfg.isoflop.holdout.budgets}
-    for c, n in n_opt.items():
-        console.print(f"held-out budget C={_fmt(c)}: Approach 2 on the main budgets "
-                      f"(a = {fit.a:.3f}) predicts N_opt = {n:,.0f}")
-    return plan_holdout(cfg, n_opt, sweep_file, vocab)
 
 
 def _data_for(cfg: SweepConfig, sweep_file: str, load_data):

@@ -207,7 +207,7 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Synthetic main runs with N_opt = 0.1 * C^0.5: the held-out run lands next to it."""
     from analysis.runs import runs_from_arrays
-    from pipeline import sweep
+    from pipeline.holdout import holdout_plan
 
     rows = []
     for c in (1e10, 3e10, 1e11, 3e11):
@@ -230,7 +230,7 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
                replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
     cfg = load_sweep(_write(tmp_path, doc))
-    plan = sweep.holdout_plan(cfg, str(tmp_path / "sweep.yaml"), 256, "sqlite:///unused.db")
+    plan = holdout_plan(cfg, str(tmp_path / "sweep.yaml"), 256, "sqlite:///unused.db")
     (spec,) = plan.specs
     predicted = 0.1 * math.sqrt(1e12)
     # The rung is the ladder's nearest to the predicted 1e5 parameters.

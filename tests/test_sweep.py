@@ -201,3 +201,19 @@ def test_wsd_branch_runs_after_its_trunk_and_equals_training_alone(tmp_path: Pat
     spec = RunSpec.from_dict(json.loads(Path(path).read_text()))
     alone = train(spec)
     assert alone.final_val_loss == branch.data.metrics[keys.FINAL_VAL_LOSS]
+
+
+def test_holdout_without_a_main_fit_is_reported_and_keeps_the_main_runs(tmp_path: Path) -> None:
+    """Two main budgets cannot give Approach 2 (it needs 3 with interior minima): the driver
+    says so, trains no held-out run, exits 1, and the main runs stay finished."""
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(TINY.read_text() + "  holdout: {budgets: [2e10]}\n")
+    done = _sweep(tmp_path, sweep)
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    out = " ".join(done.stdout.split())  # rich wraps long lines
+    assert "held-out budgets not run: Approach 2 cannot be fitted on the main budgets" in out
+    assert "then held-out budget(s) 2e+10" in out  # announced with the plan
+    runs = _trials(tmp_path, "tiny")
+    assert len(runs) == 4
+    assert all(r.data.tags[keys.TAG_STATUS] == keys.STATUS_FINISHED for r in runs)
+    assert all(r.data.tags[keys.TAG_ROLE] == keys.ROLE_MAIN for r in runs)

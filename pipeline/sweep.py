@@ -175,7 +175,8 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
         rec = existing.get(spec.run_id)
         if rec is not None and rec.status in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
             progress.skipped += 1
-            results[spec.run_id] = {"run_id": spec.run_id, "status": rec.status, "skipped": True}
+            results[spec.run_id] = {"run_id": spec.run_id, "status": rec.status, "skipped": True,
+                                    "final_val_loss": rec.final_val_loss}
             continue
         if rec is None:
             rec = ledger.create_trial(spec, parent)

@@ -12,7 +12,11 @@ so the driver calls prepare_store() before any worker writes.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
+import platform
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +102,32 @@ class TrialRecord:
     run_id: str
     status: str  # keys.STATUS_*
     attempts: int
+    final_val_loss: float | None = None  # of a finished run, for the sweep's summary table
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, str]:
+    """What produced a run: the git commit of this checkout ("" when it is not one, e.g. a
+    cluster job's uploaded folder), whether it had uncommitted changes, and the versions of
+    Python and torch. Tags, so the MLflow UI can filter on them."""
+    root = Path(__file__).resolve().parent.parent
+    commit = dirty = ""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10)
+        if out.returncode == 0:
+            commit = out.stdout.strip()
+            status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                    cwd=root, capture_output=True, text=True, timeout=10)
+            dirty = "true" if status.stdout.strip() else "false"
+    except (OSError, subprocess.SubprocessError):
+        pass  # no git on this machine: the versions below still say what ran
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = ""
+    return {keys.TAG_GIT_COMMIT: commit, keys.TAG_GIT_DIRTY: dirty,
+            keys.TAG_PYTHON: platform.python_version(), keys.TAG_TORCH: torch_version}
 
 
 class Ledger:
@@ -129,6 +159,7 @@ class Ledger:
                 mlflow_run_id=run.info.run_id, run_id=tags.get(keys.TAG_RUN_ID, ""),
                 status=tags.get(keys.TAG_STATUS, keys.STATUS_RUNNING),
                 attempts=int(tags.get(keys.TAG_ATTEMPTS, "0") or 0),
+                final_val_loss=run.data.metrics.get(keys.FINAL_VAL_LOSS),
             )
             old = found.get(rec.run_id)
             if old is None or rec.status == keys.STATUS_FINISHED:
@@ -158,6 +189,7 @@ class Ledger:
             keys.TAG_BUDGET: "" if spec.budget is None else f"{spec.budget:.6g}",
             keys.TAG_STATUS: "queued", keys.TAG_ATTEMPTS: "0", keys.TAG_ROLE: spec.role,
         }
+        tags.update(code_version())
         if spec.exec.branch_from:
             tags[keys.TAG_BRANCH_OF] = spec.exec.branch_from
             tags[keys.TAG_BRANCH_STEP] = str(spec.exec.branch_step)

@@ -73,6 +73,8 @@ def test_sweep_runs_everything_then_reruns_nothing(tmp_path: Path) -> None:
     assert "nothing to train" in second.stdout
     again = _trials(tmp_path, "tiny")
     assert len(again) == 4
+    for run in again:  # the summary table shows the ledger's loss of runs already done
+        assert f"{run.data.metrics[keys.FINAL_VAL_LOSS]:.4f}" in second.stdout
     assert all(r.data.tags[keys.TAG_ATTEMPTS] == "1" for r in again)
 
 

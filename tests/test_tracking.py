@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from mlflow import MlflowClient
 
 from pipeline import keys
@@ -116,6 +118,15 @@ def test_create_trial_logs_params_tags_and_spec(
     assert float(tags[keys.TAG_BUDGET]) == 1.5e12
     assert tags[keys.TAG_KIND] == "trial"
     assert tags["mlflow.parentRunId"] == parent
+    assert tags[keys.TAG_ROLE] == keys.ROLE_MAIN
+    # What produced it: this repository's commit (tests run in a checkout) and the versions.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                          capture_output=True, text=True)
+    if head.returncode == 0:
+        assert tags[keys.TAG_GIT_COMMIT] == head.stdout.strip()
+        assert tags[keys.TAG_GIT_DIRTY] in ("true", "false")
+    assert tags[keys.TAG_PYTHON] == platform.python_version()
+    assert tags[keys.TAG_TORCH] == torch.__version__
 
     saved = json.loads(artifact(client, rec.mlflow_run_id, keys.SPEC_ARTIFACT, tmp_path).read_text())
     assert saved == json.loads(json.dumps(spec.to_dict()))

@@ -213,28 +213,21 @@ def train(
     start_step, resumed_from, wall_before = 0, None, 0.0
     last_train_loss = math.nan
     curve: dict[str, list[float]] = {"step": [], "tokens": [], "val_loss": []}
+    state = None
     if resume and checkpoint_dir is not None:
         # Loaded on the CPU: torch.set_rng_state needs a CPU tensor (a CUDA map_location
         # broke resuming on GPUs); load_state_dict moves model and optimizer state over.
         state = checkpoint.load_latest(checkpoint_dir, map_location="cpu")
-        if state is not None:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["rng"])
-            start_step = resumed_from = int(state["step"])
-            curve = {k: list(v) for k, v in state["curve"].items()}
-            wall_before = float(state["wall_s"])
-            last_train_loss = float(state.get("train_loss", math.nan))
-    if start_step == 0 and branch_dir is not None:
-        state = _branch_state(branch_dir, spec)
-        if state is not None:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            torch.set_rng_state(state["rng"])
-            start_step = resumed_from = int(state["step"])
-            curve = {k: list(v) for k, v in state["curve"].items()}
-            wall_before = float(state["wall_s"])
-            last_train_loss = float(state.get("train_loss", math.nan))
+    if state is None and branch_dir is not None:
+        state = _branch_state(branch_dir, spec)  # a WSD branch starts from its trunk's state
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        start_step = resumed_from = int(state["step"])
+        curve = {k: list(v) for k, v in state["curve"].items()}
+        wall_before = float(state["wall_s"])
+        last_train_loss = float(state.get("train_loss", math.nan))
     branch_steps = set(spec.exec.branch_steps)
 
     def save_checkpoint(step: int, wall: float, folder: str | Path | None = checkpoint_dir) -> None:

@@ -17,6 +17,9 @@ Two predictors, so a verdict never rests on one model:
   optimal model: valid only when the held-out run sits near the optimum, which
   ``n_over_n_opt`` (its N over Approach 2's N_opt at its C) shows. A run off the optimum
   lies above the frontier, so a positive observed-minus-predicted gap is expected there.
+
+Seeds of one held-out cell (``isoflop.holdout.seeds``) are averaged before the comparison,
+as the fitted cells are: the observed loss is then known to σ/sqrt(seeds) rather than σ.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from analysis.approach2 import Approach2Fit
 from analysis.approach3 import Approach3Fit
 from analysis.bootstrap import LEVEL, Interval
 from analysis.errors import FitError
+from analysis.noise import collapse_replicates
 from analysis.powerlaw import fit_power_law
 from analysis.results import Estimate, Skipped
 from analysis.runs import RunsTable
@@ -73,6 +77,10 @@ class HoldoutRow:
     D: float
     C: float
     loss: float
+    """Observed final loss: the mean over the cell's seeds."""
+    n_seeds: int = 1
+    loss_std: float | None = None
+    """Standard deviation of the loss over the seeds (None for one seed)."""
     approach3: float | None = None
     """Approach 3's predicted loss (None when Approach 3 was not fitted)."""
     approach3_ci: Interval | None = None
@@ -140,11 +148,12 @@ def check_holdout(holdout: RunsTable | None, approach3: Estimate[Approach3Fit] |
             frontier = fit_frontier(approach2.fit)
         except FitError as err:
             frontier = Skipped(str(err))
-    frame = holdout.frame
+    frame = collapse_replicates(holdout).frame
     names = frame["run_name"] if "run_name" in frame.columns else frame["run_id"]
     rows = []
-    for i in range(len(holdout)):
+    for i in range(len(frame)):
         n, d, c, loss = (float(frame[k].iloc[i]) for k in ("N", "D", "C", "loss"))
+        n_seeds, std = int(frame["n_seeds"].iloc[i]), float(frame["loss_std"].iloc[i])
         predicted3 = ci3 = predicted_frontier = ratio = None
         if isinstance(approach3, Estimate):
             predicted3, ci3 = float(approach3.fit.loss(n, d)), _interval(approach3, n, d)
@@ -153,7 +162,9 @@ def check_holdout(holdout: RunsTable | None, approach3: Estimate[Approach3Fit] |
             ratio = n / float(approach2.fit.n_opt(c))
         run_id = str(frame["run_id"].iloc[i])
         rows.append(HoldoutRow(run=str(names.iloc[i]) or run_id, run_id=run_id, N=n, D=d,
-                               C=c, loss=loss, approach3=predicted3, approach3_ci=ci3,
+                               C=c, loss=loss, n_seeds=n_seeds,
+                               loss_std=std if np.isfinite(std) else None,
+                               approach3=predicted3, approach3_ci=ci3,
                                frontier=predicted_frontier, n_over_n_opt=ratio))
     reason = (None if isinstance(approach3, Estimate)
               else f"Approach 3 was not fitted: {approach3.reason}")

@@ -3,8 +3,10 @@
 Why: run_id is a hash of what is trained, so editing a sweep file (a longer warmup, another
 LR) plans new runs under new ids, and the runs of the old recipe stay in the MLflow experiment,
 finished. Fitted together, two recipes of one cell would be two points of one law. Given the
-sweep file, the report and the held-out planning keep the runs the file plans now, plus the
-held-out runs (planned from a fit, so not in the file's plan), and say which were left out.
+sweep file, the report and the held-out planning keep the runs the file plans now, and say
+which were left out. A held-out run is planned from a fit, not by the file alone; it is kept
+when the file's held-out section, had the fit put the optimum at that run's own size, would
+plan it (same recipe and seed), so a held-out run of an earlier recipe is left out too.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from pipeline import keys
 
 
 def restrict_to_plan(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
-    """The runs whose run_id the sweep file plans now (and held-out runs); the rest excluded.
+    """The runs whose run_id the sweep file plans now (held-out runs: module docstring); the
+    rest excluded.
 
     A sweep whose vocabulary depends on the corpus (chars tokenizer) is returned unchanged:
     its plan cannot be known without reading the corpus.
     """
     from pipeline.config import SweepError, load_sweep
-    from pipeline.grid import expand, vocab_size_for
+    from pipeline.grid import expand, plan_holdout, vocab_size_for
 
     try:
         cfg = load_sweep(sweep_file)
@@ -35,9 +38,17 @@ def restrict_to_plan(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
     if vocab is None:
         return runs
     planned = {s.run_id for s in expand(cfg, sweep_file, vocab).specs}
+    held = runs.values("role").astype(str).to_numpy() == keys.ROLE_HOLDOUT
+    section = cfg.isoflop.holdout if cfg.isoflop is not None else None
+    if held.any() and section is not None:
+        for n, budget in zip(runs.column("N")[held], runs.column("budget")[held], strict=True):
+            if budget in section.budgets:  # what the file plans were the optimum at N = n
+                one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
+                    "holdout": section.model_copy(update={"budgets": [budget]})})})
+                planned |= {s.run_id for s in
+                            plan_holdout(one, {budget: n}, sweep_file, vocab).specs}
     run_id = runs.frame["run_id"].astype(str).to_numpy()
-    keep = np.isin(run_id, list(planned)) | (runs.values("role").astype(str).to_numpy()
-                                              == keys.ROLE_HOLDOUT)
+    keep = np.isin(run_id, list(planned))
     if keep.all():
         return runs
     if not keep.any():

@@ -138,7 +138,8 @@ def check_lines(result: Analysis) -> list[str]:
         lines.append(f"Held-out runs: skipped: {holdout.reason}")
     else:
         for row in holdout.rows:
-            lines.append(f"Held-out {row.run}: observed {row.loss:.4f}, Approach 3 "
+            seeds = f" (mean of {row.n_seeds} seeds)" if row.n_seeds > 1 else ""
+            lines.append(f"Held-out {row.run}: observed {row.loss:.4f}{seeds}, Approach 3 "
                          f"{fmt(row.approach3)} ({_pct(row.approach3_error)}), frontier "
                          f"{fmt(row.frontier)} ({_pct(row.frontier_error)})")
     if not isinstance(result.schedules, Skipped):

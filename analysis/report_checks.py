@@ -151,7 +151,9 @@ def holdout_section(result: Analysis) -> list[Block]:
     rows = []
     for r in check.rows:
         a3, fr = r.approach3_error, r.frontier_error
-        rows.append((r.run, fmt(r.N), fmt(r.D), fmt(r.C), f"{r.loss:.4f}",
+        observed = f"{r.loss:.4f}" + ("" if r.loss_std is None else
+                                      f" ± {r.loss_std:.4f} ({r.n_seeds} seeds)")
+        rows.append((r.run, fmt(r.N), fmt(r.D), fmt(r.C), observed,
                      _with_ci(r.approach3, r.approach3_ci), _pct(a3),
                      "—" if a3 is None else fmt(abs(a3) < check.target),
                      fmt(r.frontier), _pct(fr), fmt(r.n_over_n_opt)))
@@ -160,7 +162,9 @@ def holdout_section(result: Analysis) -> list[Block]:
          "Approach 3 L̂ [95% interval]", "error", f"|error| < {check.target:.0%}",
          "frontier L*(C)", "error", "N / N_opt"), tuple(rows),
         (False, True, True, True, True, True, True, False, True, True, True)))
-    text = ("These runs were never fitted. Error = (predicted − observed) / observed. The "
+    text = ("These runs were never fitted. Error = (predicted − observed) / observed; the "
+            "observed loss of a cell trained with several seeds is their mean (± their standard "
+            "deviation). The "
             "Approach 3 interval is the spread of the prediction over the bootstrap refits: "
             "the law's uncertainty, not the run's seed-to-seed scatter.")
     if check.approach3:

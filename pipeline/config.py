@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import glob
+import math
 import os
 import re
 import reprlib
@@ -267,7 +268,22 @@ class DataSection(Strict):
 
 class TrainSection(Strict):
     batch_size: PosInt = 16
-    """Sequences per optimizer step."""
+    """Sequences per optimizer step (with batch_rule_steps: the reference batch, at which the
+    peak LR is `lr` and evaluation uses eval_batches batches)."""
+    batch_rule_steps: PosInt | None = None
+    """A batch that grows with the run's tokens D: each run takes the power of two nearest
+    (in log) to D / (seq_len * batch_rule_steps) sequences, clipped to [batch_min, batch_max],
+    so every run takes about this many steps. At a fixed budget the small models (many tokens)
+    then take large batches and the large ones (few tokens) more, smaller steps, as the recipe
+    ablation of docs/recipes.md found best. null: every run uses batch_size."""
+    batch_min: PosInt = 1
+    """batch_rule_steps only: the smallest batch (a power of two)."""
+    batch_max: PosInt = 128
+    """batch_rule_steps only: the largest batch (a power of two dividing the
+    eval_batches * batch_size evaluation sequences, which every run keeps)."""
+    lr_batch_exponent: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """batch_rule_steps only: scale the peak LR by (batch / batch_size) ** exponent (0.5: the
+    square-root rule for Adam, Malladi et al. 2022; 0: the same LR at every batch)."""
     lr: Annotated[float, Field(gt=0, le=1.0)] = 3e-3
     """Peak learning rate at the reference width."""
     lrs: Annotated[list[Annotated[float, Field(gt=0, le=1.0)]], Field(min_length=1)] | None = None
@@ -324,7 +340,7 @@ class TrainSection(Strict):
         if self.schedules is not None and "schedule" in self.model_fields_set:
             problems.append((("schedule",), "is replaced by schedules; give one of them",
                              self.schedule))
-        problems += self._variant_problems()
+        problems += self._variant_problems() + self._batch_rule_problems()
         if "wsd" not in self.schedule_list():
             problems += _unused(self, ("decay_fraction", "wsd_reuse"),
                                 f"without schedule 'wsd' (schedule {self.schedule!r})"
@@ -335,6 +351,35 @@ class TrainSection(Strict):
                              f"(warmup_fraction is {self.warmup_fraction})", self.decay_fraction))
         _raise_if(problems)
         return self
+
+    def _batch_rule_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        if self.batch_rule_steps is None:
+            return _unused(self, ("batch_min", "batch_max", "lr_batch_exponent"),
+                           "without batch_rule_steps")
+        out: list[tuple[tuple[str | int, ...], str, object]] = []
+        for name in ("batch_min", "batch_max"):
+            value = getattr(self, name)
+            if value & (value - 1):
+                out.append(((name,), "must be a power of two", value))
+        if self.batch_min > self.batch_max:
+            out.append((("batch_min",), f"exceeds batch_max ({self.batch_max})", self.batch_min))
+        eval_sequences = self.eval_batches * self.batch_size
+        if eval_sequences % self.batch_max:
+            out.append((("batch_max",), "must divide the evaluation's eval_batches * "
+                        f"batch_size = {eval_sequences} sequences (every run evaluates the "
+                        "same text)", self.batch_max))
+        if self.wsd_reuse:
+            out.append((("wsd_reuse",), "cannot share trunks between runs whose batch differs "
+                        "(batch_rule_steps is set)", self.wsd_reuse))
+        return out
+
+    def batch_for(self, tokens: float, seq_len: int) -> int:
+        """Sequences per step of a run of `tokens` tokens (batch_rule_steps, or batch_size)."""
+        if self.batch_rule_steps is None:
+            return self.batch_size
+        ideal = tokens / (seq_len * self.batch_rule_steps)
+        batch = 2 ** round(math.log2(ideal)) if ideal > 0 else 1
+        return min(max(batch, self.batch_min), self.batch_max)
 
     def schedule_list(self) -> list[str]:
         return list(self.schedules) if self.schedules is not None else [self.schedule]
@@ -443,6 +488,10 @@ class HoldoutSection(Strict):
     count: Annotated[int, Field(ge=1, le=9)] = 1
     """Sizes per held-out budget: the ladder rung nearest the predicted N_opt, and its
     nearest neighbours for count > 1."""
+    seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]],
+                     Field(min_length=1)] | None = None
+    """Extra seeds (besides train.seeds) for the held-out runs: the prediction is checked
+    against the mean over seeds, since one run scatters by the run-to-run noise."""
 
 
 class IsoflopSection(Strict):
@@ -468,7 +517,8 @@ class IsoflopSection(Strict):
                                      f"{self.budgets}", b))
         if self.holdout is not None:
             problems += [(("holdout",) + loc, msg, v) for loc, msg, v in
-                         _duplicates(self.holdout.budgets, "budgets")]
+                         _duplicates(self.holdout.budgets, "budgets")
+                         + _duplicates(self.holdout.seeds or [], "seeds")]
             for i, b in enumerate(self.holdout.budgets):
                 if b in self.budgets:
                     problems.append((("holdout", "budgets", i), "is also a main budget; a "
@@ -555,6 +605,11 @@ class SweepConfig(Strict):
         for i, seed in enumerate(rep.seeds if rep is not None else []):
             if seed in self.train.seeds:
                 problems.append((("isoflop", "replicates", "seeds", i), "is already one of "
+                                 f"train.seeds {self.train.seeds}", seed))
+        held = self.isoflop.holdout if self.isoflop is not None else None
+        for i, seed in enumerate(held.seeds or [] if held is not None else []):
+            if seed in self.train.seeds:
+                problems.append((("isoflop", "holdout", "seeds", i), "is already one of "
                                  f"train.seeds {self.train.seeds}", seed))
         runs, how = self._plan_size()
         if not problems and runs > MAX_RUNS:

@@ -137,21 +137,26 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
     return [ladder[j] for j in sorted(chosen)]
 
 
-def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, seed: int,
+def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, seed: int,
                 base_lr: float, schedule: str, warmup_of: int) -> TrainSpec:
     """The recipe of one run; warmup is warmup_fraction of `warmup_of` steps (its own, or
     the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
     lr = base_lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
+    # A batch rule (TrainSection.batch_for) scales the LR with the batch; at the reference
+    # batch the factor is exactly 1, so those runs keep the run_id of a fixed-batch sweep.
+    lr *= (batch / t.batch_size) ** t.lr_batch_exponent
+    # The same evaluation sequences at every batch: eval_batches * batch_size of them.
+    eval_batches = t.eval_batches * t.batch_size // batch
     warmup = int(t.warmup_fraction * warmup_of)
     if t.warmup_min_steps:  # a floor for short runs, never above a fifth of the run
         warmup = max(warmup, min(t.warmup_min_steps, warmup_of // 5))
     return TrainSpec(
-        batch_size=t.batch_size, lr=lr, min_lr_ratio=t.min_lr_ratio,
+        batch_size=batch, lr=lr, min_lr_ratio=t.min_lr_ratio,
         warmup_steps=warmup, schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
-        eval_batches=t.eval_batches, precision=t.precision,
+        eval_batches=eval_batches, precision=t.precision,
     )
 
 
@@ -228,11 +233,12 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
     """The RunSpecs of buildable cells x seeds x LRs x schedules; the rest go to skipped.
 
     seen: run_id -> label of the runs planned so far (a run planned twice is skipped)."""
-    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
-    built: list[tuple[_Cell, int, str]] = []
+    built: list[tuple[_Cell, int, int, str]] = []
     longest: dict[ModelConfig, int] = {}  # steps of the longest run per shape (WSD trunks)
     for cell in cells:
         m, budget = cell.model, cell.budget
+        batch = cfg.train.batch_for(cell.tokens, cfg.data.seq_len)
+        tokens_per_step = batch * cfg.data.seq_len
         steps = round(cell.tokens / tokens_per_step)
         label = (f"{m.family} L{m.n_layer} d{m.d_model}"
                  + (f" at C={budget:.3g}" if budget else f" D={cell.tokens:.3g}"))
@@ -248,17 +254,17 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
                                               f"{achieved:.4g} FLOPs, off the budget by more "
                                               f"than {ISOFLOP_TOLERANCE:.0%}"))
                 continue
-        built.append((cell, steps, label))
+        built.append((cell, steps, batch, label))
         longest[m] = max(longest.get(m, 0), steps)
 
     t = cfg.train
     specs: list[RunSpec] = []
     seen = {} if seen is None else seen
-    for cell, steps, label in built:
+    for cell, steps, batch, label in built:
         for seed, base_lr, schedule in itertools.product(
                 cell.seeds, t.lrs or [t.lr], t.schedule_list()):
             shared = schedule == "wsd" and t.wsd_reuse
-            train = _train_spec(cfg, cell.model, steps, seed, base_lr, schedule,
+            train = _train_spec(cfg, cell.model, steps, batch, seed, base_lr, schedule,
                                 longest[cell.model] if shared else steps)
             # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.
             ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
@@ -307,6 +313,7 @@ def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path |
     """The held-out runs: for each held-out budget C, the `count` ladder sizes nearest in
     log N to n_opt[C], the compute-optimal N that the fit of the main budgets predicts."""
     assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
+    seeds = tuple(cfg.train.seeds) + tuple(cfg.isoflop.holdout.seeds or ())
     vocab = vocab_size or vocab_size_for(cfg)
     if vocab is None:
         raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
@@ -320,6 +327,6 @@ def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path |
         for j in sorted(nearest[: cfg.isoflop.holdout.count]):
             m = ladder[j]
             cells.append(_Cell(m, flops.tokens_for_budget(m, budget, cfg.flops_convention),
-                               budget, tuple(cfg.train.seeds)))
+                               budget, seeds))
     specs = _specs(cfg, data_spec_for(cfg, sweep_path), cells, skipped, role="holdout")
     return Plan(specs, skipped)

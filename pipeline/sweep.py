@@ -78,7 +78,7 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
         notes = [f"seed {s.train.seed}"] if s.train.seed else []
         if len(cfg.train.schedule_list()) > 1:
             notes.append(s.train.schedule)
-        if cfg.train.variants:  # an ablation: the recipe values that vary
+        if cfg.train.variants or cfg.train.batch_rule_steps:  # the recipe values that vary
             t = s.train
             notes.append(f"batch {t.batch_size}, lr {t.lr:.3g}, warmup {t.warmup_steps}, "
                          f"wd {t.weight_decay:g}")

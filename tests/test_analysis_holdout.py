@@ -115,3 +115,20 @@ def test_every_run_held_out_is_an_input_error(runs):
     held = runs.with_frame(runs.frame.assign(role="holdout"))
     with pytest.raises(DataError, match="every run has role 'holdout'"):
         analyze(held, bootstrap=0)
+
+
+def test_seeds_of_a_held_out_cell_are_averaged(runs, result):
+    held = runs.frame[runs.frame["role"] == "holdout"]
+    loss = float(held["loss"].iloc[0])
+    seeds = held.loc[held.index.repeat(3)].reset_index(drop=True)
+    seeds["seed"] = [0, 1, 2]
+    seeds["run_id"] = ["h0", "h1", "h2"]
+    seeds["loss"] = [loss, loss * 1.01, loss * 0.97]
+    check = check_holdout(runs.with_frame(seeds), result.approach3, result.approach2)
+    (row,) = check.rows
+    assert row.n_seeds == 3 and row.run_id == "h0"
+    assert row.loss == pytest.approx(loss * (1 + 1.01 + 0.97) / 3)
+    assert row.loss_std == pytest.approx(np.std([loss, loss * 1.01, loss * 0.97], ddof=1))
+    assert row.approach3_error == pytest.approx((row.approach3 - row.loss) / row.loss)
+    single = check_holdout(runs.with_frame(seeds.iloc[:1]), result.approach3, result.approach2)
+    assert single.rows[0].n_seeds == 1 and single.rows[0].loss_std is None

@@ -259,7 +259,8 @@ def test_variants_train_every_cell_with_each_recipe(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("variant", "message"), [
-    ({"bogus": 1}, "train.variants[0].bogus: cannot vary here; a variant may set batch_size"),
+    ({"bogus": 1}, "train.variants[0].bogus: cannot vary here; a variant may set batch_max, batch_min, "
+     "batch_rule_steps, batch_size"),
     ({"seeds": [3]}, "train.variants[0].seeds: cannot vary here"),
     ({"weight_decay": 2}, "train.variants[0].weight_decay: Input should be less than 1 (got 2)"),
     ({"decay_fraction": 0.3},
@@ -291,25 +292,95 @@ def test_warmup_floor_lengthens_short_runs_only(tmp_path: Path) -> None:
 
 
 def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
-    """After an edit of the sweep file, the ledger's runs of the old recipe are not fitted."""
+    """After an edit of the sweep file, the ledger's runs of the old recipe are not fitted,
+    and a held-out run is kept only if the file's held-out section would plan it now."""
     from analysis.errors import DataError
     from analysis.planned import restrict_to_plan
     from analysis.runs import runs_from_arrays
 
-    doc = _iso(replicates=None, holdout=None)
+    doc = _iso(replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
-    old = expand(load_sweep(_write(tmp_path, doc)), tmp_path).specs
+    doc["isoflop"]["holdout"] = {"budgets": [2e10], "count": 1, "seeds": [1]}
+    cfg = load_sweep(_write(tmp_path, doc))
+    n_opt = float(flops.params_total(_ladder(cfg, _rule(cfg), 256)[1]))
+    old = expand(cfg, tmp_path).specs
+    old_held = plan_holdout(cfg, {2e10: n_opt}, tmp_path).specs
     doc["train"] = {**doc["train"], "lr": 1e-3}
     path = _write(tmp_path, doc)
-    new = expand(load_sweep(path), tmp_path).specs
-    specs = old + new + [new[0]]
-    n = [float(flops.params_total(s.model)) for s in specs]
-    table = runs_from_arrays(n, [float(s.tokens) for s in specs], [2.0] * len(specs),
-                             run_ids=[s.run_id for s in specs[:-1]] + ["held"])
-    table.frame["role"] = [keys.ROLE_MAIN] * (len(specs) - 1) + [keys.ROLE_HOLDOUT]
+    cfg = load_sweep(path)
+    new = expand(cfg, tmp_path).specs
+    new_held = plan_holdout(cfg, {2e10: n_opt}, tmp_path).specs
+    assert len(old_held) == len(new_held) == 2  # seeds 0 and 1 of one size
+    specs = old + new + old_held + new_held
+    table = runs_from_arrays(
+        [float(flops.params_total(s.model)) for s in specs], [float(s.tokens) for s in specs],
+        [2.0] * len(specs), budget=[s.budget for s in specs], run_ids=[s.run_id for s in specs],
+        extra={"role": [s.role for s in specs]})
     kept = restrict_to_plan(table, path)
-    assert list(kept.frame["run_id"]) == [s.run_id for s in new] + ["held"]
-    assert len(kept.excluded) == len(old)
+    assert list(kept.frame["run_id"]) == [s.run_id for s in new + new_held]
+    assert len(kept.excluded) == len(old) + len(old_held)
     assert all("earlier recipe" in e.reason for e in kept.excluded)
     with pytest.raises(DataError, match="none of its"):
-        restrict_to_plan(table.subset([True] * len(old) + [False] * (len(new) + 1)), path)
+        restrict_to_plan(table.subset([True] * len(old) + [False] * (len(specs) - len(old))),
+                         path)
+
+
+@pytest.mark.parametrize(("holdout", "message"), [
+    ({"seeds": [1, 1]}, "isoflop.holdout.seeds[1]: duplicate"),
+    ({"seeds": [0]}, "isoflop.holdout.seeds[0]: is already one of train.seeds [0]"),
+])
+def test_bad_holdout_seeds_are_refused(tmp_path: Path, holdout: dict, message: str) -> None:
+    doc = _iso(holdout={"budgets": [2e10], **holdout})
+    with pytest.raises(SweepError) as err:
+        load_sweep(_write(tmp_path, doc))
+    assert message in str(err.value)
+
+
+# --- batch rule ----------------------------------------------------------------------------
+
+
+def _batch_rule_doc(**train: object) -> dict:
+    doc = _iso(replicates=None, holdout=None, budgets=[3e9, 2e10, 1e11])
+    doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
+    doc["isoflop"]["sizes"] = {"widths": [1, 2, 3]}
+    doc["train"] = {**doc["train"], "eval_batches": 4, **train}
+    return doc
+
+
+def test_batch_rule_grows_the_batch_with_tokens(tmp_path: Path) -> None:
+    doc = _batch_rule_doc()
+    plain = {s.run_id: s for s in expand(load_sweep(_write(tmp_path, doc)), tmp_path).specs}
+    doc["train"].update(batch_rule_steps=2000, batch_min=2, batch_max=16, lr_batch_exponent=0.5)
+    ruled = expand(load_sweep(_write(tmp_path, doc)), tmp_path).specs
+    assert len(ruled) == len(plain) == 9
+    batches = set()
+    for s in ruled:
+        ideal = flops.tokens_for_budget(s.model, s.budget, "exact") / (32 * 2000)
+        want = min(max(2 ** round(math.log2(ideal)), 2), 16)
+        assert s.train.batch_size == want
+        batches.add(want)
+        assert s.steps == round(flops.tokens_for_budget(s.model, s.budget, "exact") / (want * 32))
+        # Adam's square-root rule around the reference batch (4), and the same 4 x 4 = 16
+        # evaluation sequences at every batch.
+        assert s.train.lr == pytest.approx(3e-3 * (want / 4) ** 0.5, rel=1e-12)
+        assert s.train.eval_batches * s.train.batch_size == 16
+        # A run the rule gives the reference batch is the fixed-batch run (same run_id).
+        assert (s.run_id in plain) == (want == 4)
+    assert {2, 4, 16} <= batches  # the plan spans the range, clipped at both ends
+
+
+@pytest.mark.parametrize(("train", "message"), [
+    ({"batch_min": 2}, "train.batch_min: is ignored without batch_rule_steps; remove it"),
+    ({"batch_rule_steps": 100, "batch_max": 12}, "train.batch_max: must be a power of two"),
+    ({"batch_rule_steps": 100, "batch_min": 8, "batch_max": 4},
+     "train.batch_min: exceeds batch_max (4)"),
+    ({"batch_rule_steps": 100, "batch_max": 32},
+     "train.batch_max: must divide the evaluation's eval_batches * batch_size = 16 sequences"),
+    ({"batch_rule_steps": 100, "schedule": "wsd", "wsd_reuse": True},
+     "train.wsd_reuse: cannot share trunks between runs whose batch differs"),
+])
+def test_bad_batch_rules_are_refused(tmp_path: Path, train: dict, message: str) -> None:
+    with pytest.raises(SweepError) as err:
+        load_sweep(_write(tmp_path, _batch_rule_doc(**train)))
+    assert message in str(err.value)
+    assert str(tmp_path / "sweep.yaml") in str(err.value)

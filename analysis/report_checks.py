@@ -71,7 +71,9 @@ def holdout_summary(result: Analysis) -> str:
             parts.append(f"{label} max |error| {worst:.2%} ({verdict} the "
                          f"{check.target:.0%} target)")
     text = "; ".join(parts) if parts else "no predictor could be fitted"
-    return f"**Held-out budget** ({len(check.rows)} run(s) never fitted): {text}."
+    runs = sum(r.n_seeds for r in check.rows)
+    cells = "" if runs == len(check.rows) else f" in {len(check.rows)} cell(s), seeds averaged"
+    return f"**Held-out budget** ({runs} run(s){cells}, never fitted): {text}."
 
 
 # --------------------------------------------------------------------------- sections

@@ -41,7 +41,10 @@ def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Pla
                          with_curves=False, log=lambda _m: None).runs
     except AnalysisError as e:
         raise HoldoutError(f"cannot load the main runs: {e}") from e
-    runs = restrict_to_plan(runs, sweep_file)  # not the runs of an earlier recipe
+    try:
+        runs = restrict_to_plan(runs, sweep_file)  # not the runs of an earlier recipe
+    except AnalysisError as e:  # e.g. the file was edited into an invalid one meanwhile
+        raise HoldoutError(f"cannot tell the main runs of {sweep_file} as it is now: {e}") from e
     frame = runs.frame
     main = frame[frame["role"] != keys.ROLE_HOLDOUT]
     try:

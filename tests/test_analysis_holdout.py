@@ -3,6 +3,7 @@ compute frontier of the Approach 2 minima."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -14,6 +15,7 @@ from analysis.bootstrap import Bootstrap
 from analysis.errors import DataError
 from analysis.holdout import HoldoutCheck, HoldoutRow, _interval, check_holdout, fit_frontier
 from analysis.powerlaw import PowerLaw
+from analysis.report_checks import holdout_summary
 from analysis.synthetic import ChinchillaLaw, replicated_runs
 
 LAW = ChinchillaLaw()
@@ -132,3 +134,6 @@ def test_seeds_of_a_held_out_cell_are_averaged(runs, result):
     assert row.approach3_error == pytest.approx((row.approach3 - row.loss) / row.loss)
     single = check_holdout(runs.with_frame(seeds.iloc[:1]), result.approach3, result.approach2)
     assert single.rows[0].n_seeds == 1 and single.rows[0].loss_std is None
+    summary = holdout_summary(dataclasses.replace(result, holdout=check))
+    assert summary.startswith("**Held-out budget** (3 run(s) in 1 cell(s), seeds averaged, "
+                              "never fitted): Approach 3 max |error| ")

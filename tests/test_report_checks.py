@@ -79,7 +79,7 @@ def test_held_out_section_and_summary_agree_with_fit_json(folder):
     assert cells[9] == f"{run['frontier_error']:+.2%}"
     assert abs(run["approach3_error"]) < 0.02
     worst = abs(run["approach3_error"])
-    assert (f"**Held-out budget** (1 run(s) never fitted): Approach 3 max |error| "
+    assert (f"**Held-out budget** (1 run(s), never fitted): Approach 3 max |error| "
             f"{worst:.2%} (within the 2% target)") in md
 
 

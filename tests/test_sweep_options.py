@@ -238,6 +238,26 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
     assert abs(math.log(flops.params_total(spec.model) / predicted)) < math.log(1.6)
 
 
+def test_a_sweep_file_broken_before_the_holdout_is_a_holdout_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Edited into an invalid file while the main runs trained: a clear error, no traceback."""
+    from analysis.runs import runs_from_arrays
+    from pipeline.holdout import HoldoutError, holdout_plan
+
+    class Loaded:
+        runs = runs_from_arrays([1e3, 2e3], [1e6, 1e6], [2.0, 2.1], budget=[1e10, 1e10])
+
+    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
+    doc = _iso(replicates=None)
+    path = _write(tmp_path, doc)
+    cfg = load_sweep(path)
+    doc["isoflop"]["holdout"] = {**doc["isoflop"]["holdout"], "bogus": 1}
+    _write(tmp_path, doc)
+    with pytest.raises(HoldoutError, match=r"cannot tell the main runs of .*sweep.yaml as it is "
+                                           r"now: .*unknown key 'isoflop.holdout.bogus'"):
+        holdout_plan(cfg, str(path), 256, "sqlite:///unused.db")
+
+
 # --- recipe variants (an ablation) -----------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -336,6 +337,18 @@ def _warn_checkpoint_dir(path: str, address: str) -> None:
           file=sys.stderr)
 
 
+def _checkpoint_dir_problem(path: str) -> str | None:
+    """Why run checkpoints cannot be written under `path` (None when they can), found before
+    any run starts rather than at the first checkpoint of every run."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def _report_one(spec: RunSpec, out: dict, progress: Progress,
                 by_budget: dict[str, list[float]]) -> None:
     m = spec.model
@@ -445,6 +458,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.address:
         _warn_checkpoint_dir(args.checkpoint_dir, args.address)
+    if why := _checkpoint_dir_problem(args.checkpoint_dir):
+        print(f"error: --checkpoint-dir {args.checkpoint_dir}: run checkpoints cannot be "
+              f"written there ({why}); pass --checkpoint-dir (or set SCALING_CHECKPOINT_DIR) "
+              "to a writable folder", file=sys.stderr)
+        return 2
     try:  # the ledger's store: created once, here, before the data, Ray or any worker
         prepare_store(uri, cfg.name)
     except TrackingError as e:

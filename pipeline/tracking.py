@@ -7,7 +7,8 @@ the constants of pipeline.keys. Everything goes through MlflowClient with explic
 
 Default store: sqlite:///<working folder>/mlflow.db, MLflow's own default; MLFLOW_TRACKING_URI
 is honoured. Several processes creating the same fresh sqlite database at once corrupt it,
-so the driver calls prepare_store() before any worker writes.
+so the driver calls prepare_store() before any worker writes, and prepare_store() holds a
+lock on the database's folder meanwhile (two drivers started together in one folder).
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; the store is created without the lock
+    fcntl = None
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
@@ -80,18 +88,40 @@ def prepare_store(uri: str, experiment: str) -> str:
                             "MLFLOW_TRACKING_URI to a database in a writable folder, e.g. "
                             "sqlite:////path/to/mlflow.db, or to a tracking server's URL")
     try:
-        client = MlflowClient(tracking_uri=uri)
-        found = client.get_experiment_by_name(experiment)
-        if found is not None:
-            return found.experiment_id
-        artifact_location = None
-        if db is not None:
-            artifact_location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
-        return client.create_experiment(experiment, artifact_location=artifact_location)
+        with _creation_lock(db):
+            client = MlflowClient(tracking_uri=uri)
+            found = client.get_experiment_by_name(experiment)
+            if found is not None:
+                return found.experiment_id
+            artifact_location = None
+            if db is not None:
+                artifact_location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
+            return client.create_experiment(experiment, artifact_location=artifact_location)
     except Exception as e:  # noqa: BLE001 - sqlalchemy, OSError, MlflowException, HTTP...
         first_line = (str(e).splitlines() or [""])[0][:300]
         raise TrackingError(f"cannot use the MLflow tracking store {uri}: "
                             f"{type(e).__name__}: {first_line}") from e
+
+
+@contextmanager
+def _creation_lock(db: Path | None) -> Iterator[None]:
+    """Hold an exclusive lock on the sqlite database's folder while the store is created.
+
+    Several processes creating one fresh sqlite database at once corrupt it (each runs
+    MLflow's schema migrations); two sweeps started together in one folder would. The lock
+    is on the folder (flock), so no lock file is left behind. No-op for a server URI, or
+    where flock does not exist (Windows).
+    """
+    if db is None or fcntl is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(db.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 @dataclass

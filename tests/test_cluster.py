@@ -460,6 +460,17 @@ def test_unreachable_tracking_server_fails_fast(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 60  # not MLflow's minutes of retries
 
 
+def test_unwritable_checkpoint_dir_fails_before_anything_starts(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = _sweep_cli(tmp_path, "--checkpoint-dir", str(blocker / "checkpoints"),
+                      MLFLOW_TRACKING_URI="sqlite:///x.db")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"--checkpoint-dir {blocker / 'checkpoints'}: run checkpoints cannot be written" \
+        in done.stderr
+    assert not (tmp_path / "x.db").exists()  # no ledger created, no run started
+
+
 def test_relative_checkpoint_dir_on_a_cluster_warns(capsys: pytest.CaptureFixture) -> None:
     from pipeline.sweep import _warn_checkpoint_dir
 

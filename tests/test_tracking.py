@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -323,3 +324,29 @@ def test_cli_no_resume_starts_from_scratch(
     assert "--no-resume: removing" in printed
     assert out["resumed_from"] is None and out["attempts"] == 2
     assert out["status"] == keys.STATUS_FINISHED
+
+
+_CREATE = """
+import sys, time
+from pipeline.tracking import prepare_store
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # all processes start together
+print(prepare_store(sys.argv[1], "race"))
+"""
+
+
+def test_drivers_started_together_create_one_store(tmp_path: Path) -> None:
+    """Four processes create one fresh sqlite store at the same moment: one database, one
+    experiment, every process gets its id (without the folder lock MLflow's concurrent
+    schema migrations fail or corrupt the file)."""
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
+    start = str(time.time() + 8.0)  # after the imports of all four
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-c", _CREATE, uri, start], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, [err[-1500:] for _, err in outs]
+    ids = {out.strip() for out, _ in outs}
+    assert len(ids) == 1
+    exps = MlflowClient(tracking_uri=uri).search_experiments()
+    assert [e.name for e in exps if e.name == "race"] == ["race"]

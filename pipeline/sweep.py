@@ -19,7 +19,6 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -339,13 +338,15 @@ def _warn_checkpoint_dir(path: str, address: str) -> None:
 
 def _checkpoint_dir_problem(path: str) -> str | None:
     """Why run checkpoints cannot be written under `path` (None when they can), found before
-    any run starts rather than at the first checkpoint of every run."""
-    try:
-        Path(path).mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-            pass
-    except OSError as e:
-        return e.strerror or str(e)
+    any run starts rather than at the first checkpoint of every run. Creates nothing: the
+    folder, or the first of its parents that exists, must be a writable folder."""
+    folder = Path(path).resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the runs create the missing folders
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
     return None
 
 

@@ -336,20 +336,6 @@ def _warn_checkpoint_dir(path: str, address: str) -> None:
           file=sys.stderr)
 
 
-def _checkpoint_dir_problem(path: str) -> str | None:
-    """Why run checkpoints cannot be written under `path` (None when they can), found before
-    any run starts rather than at the first checkpoint of every run. Creates nothing: the
-    folder, or the first of its parents that exists, must be a writable folder."""
-    folder = Path(path).resolve()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent  # the runs create the missing folders
-    if not folder.is_dir():
-        return f"{folder} is a file, not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {folder} is not writable"
-    return None
-
-
 def _report_one(spec: RunSpec, out: dict, progress: Progress,
                 by_budget: dict[str, list[float]]) -> None:
     m = spec.model
@@ -434,7 +420,13 @@ def main(argv: list[str] | None = None) -> int:
         print_plan(cfg, plan, estimate, slots)
         return 0
 
-    from pipeline.tracking import TrackingError, default_tracking_uri, is_local_store, prepare_store
+    from pipeline.tracking import (
+        TrackingError,
+        default_tracking_uri,
+        folder_problem,
+        is_local_store,
+        prepare_store,
+    )
 
     uri = default_tracking_uri()
     if args.address and args.address.startswith(("http://", "https://")):
@@ -459,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.address:
         _warn_checkpoint_dir(args.checkpoint_dir, args.address)
-    if why := _checkpoint_dir_problem(args.checkpoint_dir):
+    # Checked before any run starts, not at the first checkpoint of every run.
+    if why := folder_problem(Path(args.checkpoint_dir)):
         print(f"error: --checkpoint-dir {args.checkpoint_dir}: run checkpoints cannot be "
               f"written there ({why}); pass --checkpoint-dir (or set SCALING_CHECKPOINT_DIR) "
               "to a writable folder", file=sys.stderr)

@@ -64,9 +64,16 @@ def _sqlite_problem(db: Path) -> str | None:
         return f"{db} is a folder, not a database file"
     if db.exists():
         return None if os.access(db, os.R_OK | os.W_OK) else f"{db} is not writable"
-    folder = db.parent
+    return folder_problem(db.parent)  # MLflow creates the missing folders
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why files cannot be written under `folder` (None if they can). Creates nothing: the
+    folder, or the first of its parents that exists (the writer creates the rest), must be a
+    writable folder."""
+    folder = folder.resolve()
     while not folder.exists() and folder != folder.parent:
-        folder = folder.parent  # MLflow creates the missing folders: the first one that exists
+        folder = folder.parent
     if not folder.is_dir():
         return f"{folder} is a file, not a folder"
     if not os.access(folder, os.W_OK | os.X_OK):

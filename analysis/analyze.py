@@ -11,10 +11,11 @@ report can show everything that was and was not possible with this sweep.
 
 What is fitted (``analysis.selection``): held-out runs never are; when the sweep has cosine
 and WSD runs only the cosine runs are; seed replicates are averaged into one point per cell
-first. Around the fits: the run-to-run noise from the replicates (``analysis.noise``), the
-residuals against it (``analysis.residuals``), the held-out predictions
-(``analysis.holdout``), the refits under other N/C conventions (``analysis.conventions``)
-and the WSD-vs-cosine pairs (``analysis.schedules``).
+first. Around the fits: whether the approaches agree on a (``analysis.agreement``), the
+run-to-run noise from the replicates (``analysis.noise``), the residuals against it
+(``analysis.residuals``), the held-out predictions (``analysis.holdout``), the refits under
+other N/C conventions (``analysis.conventions``) and the WSD-vs-cosine pairs
+(``analysis.schedules``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
+from analysis.agreement import Agreement, compare_approaches
 from analysis.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
 from analysis.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
 from analysis.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
@@ -82,6 +84,9 @@ class Analysis:
     """The noise near each budget's Approach 2 optimum and away from it (None without both)."""
     noise_propagation: Bootstrap | Skipped = field(default_factory=lambda: Skipped("not run"))
     """Approach 2 refitted on simulated re-runs with the measured σ (analysis.propagation)."""
+    agreement: tuple[Agreement, ...] | Skipped = field(
+        default_factory=lambda: Skipped("not run"))
+    """Each pair of Approaches 1-3 on a: the paired bootstrap difference (analysis.agreement)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
@@ -208,6 +213,7 @@ def analyze(
         convention_refits=refits, schedules=compare_schedules(all_runs, sigma),
         extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
         noise_propagation=_propagation(runs, sigma, a2, ref, bootstrap, seed),
+        agreement=compare_approaches({"1": a1, "2": a2, "3": a3}),
     )
 
 

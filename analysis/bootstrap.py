@@ -48,6 +48,11 @@ class Bootstrap:
     samples: Mapping[str, np.ndarray] = field(repr=False, compare=False)
     failures: tuple[str, ...] = ()
     """Up to five distinct reasons why resamples could not be fitted."""
+    n_units: int | None = None
+    """Units each draw resampled (runs or cells); None for derived bootstraps."""
+    fitted: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """Which draws were fitted, in draw order (bool, n_resamples); ``samples`` holds the
+    fitted draws only. None where the draws are not indexed (derived bootstraps)."""
 
     def interval(self, name: str, level: float = LEVEL) -> Interval:
         values = np.asarray(self.samples[name], dtype=float)
@@ -62,6 +67,16 @@ class Bootstrap:
     def intervals(self) -> dict[str, Interval]:
         """95% intervals of every statistic, by name."""
         return {name: self.interval(name) for name in self.samples}
+
+    def by_draw(self, name: str) -> np.ndarray:
+        """A statistic per draw (n_resamples values, NaN where the refit failed): two
+        bootstraps with the same seed, draws and units drew the same resamples, so their
+        values pair up draw by draw (e.g. the difference of two approaches' exponents)."""
+        if self.fitted is None:
+            raise ValueError("this bootstrap does not record which draws were fitted")
+        out = np.full(self.n_resamples, np.nan)
+        out[self.fitted] = self.samples[name]
+        return out
 
 
 def resample_indices(n_units: int, n_resamples: int, seed: int) -> np.ndarray:
@@ -116,6 +131,7 @@ def run_bootstrap(
     collected: dict[str, list[float]] = {}
     failures: list[str] = []
     n_failed = 0
+    fitted = np.array([not isinstance(item, str) for item in results])
     for item in results:
         if isinstance(item, str):
             n_failed += 1
@@ -130,5 +146,5 @@ def run_bootstrap(
     return Bootstrap(
         n_resamples=n_resamples, n_failed=n_failed, seed=seed,
         samples={name: np.asarray(v) for name, v in collected.items()},
-        failures=tuple(failures),
+        failures=tuple(failures), n_units=n_units, fitted=fitted,
     )

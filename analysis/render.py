@@ -126,9 +126,15 @@ def render(result: Analysis, console: Console | None = None) -> None:
 
 
 def check_lines(result: Analysis) -> list[str]:
-    """One line each on the noise, the held-out runs and WSD vs cosine (the report has more)."""
+    """One line each on the approaches' agreement, the noise, the held-out runs and WSD vs
+    cosine (the report has more)."""
+    lines = [] if isinstance(result.agreement, Skipped) else [
+        f"Approach {r.first} - Approach {r.second}: a differs by {fmt(r.difference)} "
+        f"{fmt_interval(r.difference_ci)} (paired bootstrap; "
+        f"{'agree: 0 inside' if r.agree else 'differ: 0 outside'})"
+        for r in result.agreement]
     noise = result.noise
-    lines = [f"Run-to-run noise: skipped: {noise.reason}" if isinstance(noise, Skipped) else
+    lines += [f"Run-to-run noise: skipped: {noise.reason}" if isinstance(noise, Skipped) else
              f"Run-to-run noise: sigma = {fmt(noise.sigma)} {fmt_interval(noise.sigma_ci)} "
              f"({noise.n_groups} replicate groups, {noise.dof} degrees of freedom)"]
     lines += [f"  residual RMS {r.what}: {fmt(r.rms)} (ratio to noise {fmt(r.ratio)})"

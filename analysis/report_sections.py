@@ -245,6 +245,7 @@ def allocation_section(result: Analysis, ri: ReportInput) -> list[Block]:
                      value_ci(est, "tokens_per_param"), _bootstrap_note(est)))
     blocks.append(Table(("approach", "a", "b", f"N_opt at C = {fmt(result.reference_flops)}",
                          "D_opt", "tokens per parameter", "bootstrap"), tuple(rows)))
+    blocks += agreement_blocks(result)
     heavy = [name for name, est in fitted(result) if est.bootstrap is not None
              and est.bootstrap.n_failed > 0.1 * est.bootstrap.n_resamples]
     if heavy:
@@ -254,6 +255,29 @@ def allocation_section(result: Analysis, ri: ReportInput) -> list[Block]:
             "successful resamples only, are conditional on a fit being possible, and can "
             "even exclude the point estimate."))
     return blocks
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def agreement_blocks(result: Analysis) -> list[Block]:
+    """The approaches compared on a, pair by pair (nothing when fewer than two are fitted)."""
+    rows = result.agreement
+    if isinstance(rows, Skipped):
+        return []
+    table = Table(
+        ("approaches", "difference in a", "0 inside? (agree)", "intervals overlap?",
+         "each estimate inside the other's interval?"),
+        tuple((f"{r.first} − {r.second}",
+               f"{fmt(r.difference)} {fmt_interval(r.difference_ci)}",
+               _yes(r.agree), _yes(r.overlap), _yes(r.each_inside_other)) for r in rows))
+    return [Paragraph(
+        "**Do the approaches agree on a?** Each pair's difference with its 95% interval over "
+        "the same bootstrap draws (every approach refits the same resample in draw k), so "
+        "the interval is that of the difference itself; they agree when it contains 0. The "
+        "last two columns are the looser and the stricter reading of two separate "
+        "intervals (analysis/agreement.py)."), table]
 
 
 KAPLAN_ROWS = (("alpha_N", "α_N of L(N)", 0.076), ("alpha_D", "α_D of L(D)", 0.095),

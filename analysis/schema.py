@@ -200,6 +200,10 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
             "n_over_n_opt": [r if np.isfinite(r) else None
                              for r in result.noise_split.n_over_n_opt]},
         "residuals": [{**r.__dict__, "ratio": r.ratio} for r in result.residuals],
+        "agreement": (_skipped(result.agreement.reason)
+                      if isinstance(result.agreement, Skipped) else
+                      {"status": "ok",
+                       "pairs": [row.to_json_dict() for row in result.agreement]}),
         "holdout": holdout_to_json(result.holdout),
         "convention_refits": conventions_to_json(result.convention_refits),
         "schedules": schedules_to_json(result.schedules),

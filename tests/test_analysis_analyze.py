@@ -62,7 +62,8 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     assert set(out) == {"schema", "source", "n_runs", "excluded", "conventions",
                         "reference_flops", "bootstrap", "approaches", "comparison",
                         "extrapolation", "fitted", "noise", "residuals", "holdout",
-                        "convention_refits", "schedules", "noise_split", "noise_propagation"}
+                        "convention_refits", "schedules", "noise_split", "noise_propagation",
+                        "agreement"}
     assert out["noise_split"] is None
     assert out["noise_propagation"]["status"] == "skipped"
     # No seeds, no held-out runs, no WSD runs: each check says so instead of inventing one.
@@ -78,6 +79,10 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     assert two["status"] == "ok" and len(two["budgets"]) == 7
     assert two["ci95"]["a"][0] <= two["a"] <= two["ci95"]["a"][1]
     assert out["extrapolation"]["3"]["status"] == "ok"
+    # Approaches 2 and 3 on data drawn from one law: their paired difference contains 0.
+    (pair,) = out["agreement"]["pairs"]
+    assert (pair["first"], pair["second"], pair["n_paired"]) == ("2", "3", 40)
+    assert pair["difference_ci"][0] <= 0 <= pair["difference_ci"][1] and pair["agree"]
 
 
 def test_a_single_budget_skips_approaches_2_and_3_with_the_reason():

@@ -259,6 +259,15 @@ def test_tables_match_fit_json(sweep_report):
         assert m and _close(m.group(1), check["n_opt_predicted"])
         if check["loss_mean_abs_rel_error"] is not None:
             assert f"{check['loss_mean_abs_rel_error']:.2%} / " in md
+    assert fit["agreement"]["status"] == "ok"
+    for pair in fit["agreement"]["pairs"]:
+        m = re.search(rf"^\| {pair['first']} − {pair['second']} \| {NUM} \[{NUM}, {NUM}\] \| "
+                      r"(yes|no) \| (yes|no) \| (yes|no) \|$", md, re.M)
+        assert m, pair
+        assert _close(m.group(1), pair["difference"])
+        assert _close(m.group(2), pair["difference_ci"][0])
+        assert [m.group(k) == "yes" for k in (4, 5, 6)] == [
+            pair["agree"], pair["overlap"], pair["each_inside_other"]]
     for b in fit["approaches"]["2"]["budgets"]:
         if b["ok"]:
             label = re.escape(f"{b['budget']:.4g}")

@@ -104,9 +104,15 @@ def _position(iv: Interval | None, a: float) -> str:
 
 
 def summary_lines(result: Analysis) -> list[str]:
-    """Exponents, tokens per parameter at the largest budget, verdict; then the held-out
-    runs and (when measured) the run-to-run noise."""
+    """Exponents, tokens per parameter at the largest budget, verdict; then the approaches'
+    agreement on a, the held-out runs and (when measured) the run-to-run noise."""
     checks = [holdout_summary(result)]
+    if not isinstance(result.agreement, Skipped):
+        pairs = "; ".join(
+            f"{r.first} − {r.second}: {fmt(r.difference)} {fmt_interval(r.difference_ci)}, "
+            + ("agree" if r.agree else "differ") for r in result.agreement)
+        checks.insert(0, f"**Do the approaches agree on a?** Paired bootstrap difference "
+                         f"(agree: 0 inside its 95% interval): {pairs}.")
     noise = noise_summary(result)
     if noise is not None:
         checks.append(noise)

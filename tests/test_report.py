@@ -268,6 +268,9 @@ def test_tables_match_fit_json(sweep_report):
         assert _close(m.group(2), pair["difference_ci"][0])
         assert [m.group(k) == "yes" for k in (4, 5, 6)] == [
             pair["agree"], pair["overlap"], pair["each_inside_other"]]
+        verdict = "agree" if pair["agree"] else "differ"
+        assert re.search(rf"{pair['first']} − {pair['second']}: {NUM} \[{NUM}, {NUM}\], "
+                         rf"{verdict}", md), "no agreement in the summary"
     for b in fit["approaches"]["2"]["budgets"]:
         if b["ok"]:
             label = re.escape(f"{b['budget']:.4g}")

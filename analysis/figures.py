@@ -9,7 +9,8 @@ same runs. Figures are ``matplotlib.figure.Figure`` objects, never pyplot state,
 does not depend on (or change) the interactive backend; PNGs are written by the Agg canvas.
 
 Conventions: log axes for N, D and C (units in the labels); colour-blind-safe colours
-(seaborn "colorblind" for categories, viridis for model size, cividis for loss).
+(seaborn "colorblind" for categories, viridis for model size, cividis for loss, flare for
+more than 10 budgets).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ REFERENCE_COLOR = "0.25"
 HIGHLIGHT = PALETTE[3]  # vermillion
 SIZE_CMAP = "viridis"
 LOSS_CMAP = "cividis"
+BUDGET_CMAP = "flare"
+"""Budgets when there are more than the 10 categorical colours: light (small) to dark."""
 CHINCHILLA_A = 0.50
 KAPLAN_A = 0.73
 
@@ -85,9 +88,14 @@ class Context:
         return np.unique(b[np.isfinite(b)])
 
     def budget_colors(self) -> dict[float, tuple]:
+        """One colour per budget: "colorblind" up to its 10 colours; beyond, a sequential
+        map in budget order (the categorical palette would repeat its first colour)."""
         labels = self.budgets()
-        colors = sns.color_palette("colorblind", max(len(labels), 1))
-        return {float(b): colors[i % len(colors)] for i, b in enumerate(labels)}
+        if len(labels) <= len(PALETTE):
+            colors = PALETTE
+        else:
+            colors = sns.color_palette(BUDGET_CMAP, len(labels))
+        return {float(b): colors[i] for i, b in enumerate(labels)}
 
 
 def sci(x: float, digits: int = 2) -> str:

@@ -201,6 +201,16 @@ def test_figures_are_valid_pngs(which, sweep_report, csv_report):
         assert float(pixels[..., :3].std()) > 0.01, f"{png.name} is blank"
 
 
+@pytest.mark.parametrize("n_budgets", [3, 11])
+def test_every_budget_has_its_own_colour(n_budgets):
+    from analysis.synthetic import isoflop_runs
+
+    runs = isoflop_runs(ChinchillaLaw(), np.logspace(17, 20, n_budgets), seed=0)
+    colours = figures.Context(result=None, runs=runs, curves=None).budget_colors()
+    assert len(colours) == n_budgets
+    assert len(set(colours.values())) == n_budgets  # "colorblind" alone has 10
+
+
 # --------------------------------------------------------------------------- numbers
 
 NUM = r"(-?[0-9.]+(?:e[+-]?[0-9]+)?)"

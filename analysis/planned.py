@@ -53,9 +53,9 @@ def restrict_to_plan(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
         return runs
     if not keep.any():
         raise DataError(f"{runs.source}: none of its {len(runs)} runs is planned by "
-                        f"{sweep_file} (another sweep, or every run of an earlier recipe)")
+                        f"{sweep_file} (another sweep, or every run of an earlier version of the file)")
     names = runs.frame["run_name"] if "run_name" in runs.frame.columns else runs.frame["run_id"]
-    stale = tuple(Excluded(str(n) or str(r), f"not planned by {sweep_file} as it is now (an "
-                           "earlier recipe of this sweep)")
+    stale = tuple(Excluded(str(n) or str(r), f"not planned by {sweep_file} as it is now (a run "
+                           "of an earlier version of the file: recipe, budgets or held-out)")
                   for n, r in zip(names[~keep], run_id[~keep], strict=True))
     return runs.subset(keep, excluded=runs.excluded + stale)

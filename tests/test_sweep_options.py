@@ -339,7 +339,7 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
     kept = restrict_to_plan(table, path)
     assert list(kept.frame["run_id"]) == [s.run_id for s in new + new_held]
     assert len(kept.excluded) == len(old) + len(old_held)
-    assert all("earlier recipe" in e.reason for e in kept.excluded)
+    assert all("earlier version of the file" in e.reason for e in kept.excluded)
     with pytest.raises(DataError, match="none of its"):
         restrict_to_plan(table.subset([True] * len(old) + [False] * (len(specs) - len(old))),
                          path)

@@ -3,11 +3,13 @@
 Approaches 1, 2 and 3 are bootstrapped over the same fitted points with the same seed, so
 draw k of each refits the same resample of runs: the difference of their exponents, draw by
 draw, has a 95% interval of its own. "They agree" is read as that interval containing 0
-(no difference detected at 95%). That is the test of a difference; two separate intervals
-that merely overlap can still differ significantly, and two that each contain the other's
-estimate almost never do (Schenker & Gentleman 2001, "On judging the significance of
-differences by examining the overlap between confidence intervals"). The report shows all
-three readings, so none is hidden behind another.
+(no difference detected at 95%). That is the test of a difference. Reading two separate
+intervals instead misleads both ways (Schenker & Gentleman 2001, "On judging the
+significance of differences by examining the overlap between confidence intervals"): for
+independent estimates, intervals that overlap can still differ significantly, and asking
+each to contain the other's estimate is stricter than the test; for two fits of the same
+runs, whose errors are correlated, even that can pass while a constant offset is
+significant. The report shows all three readings, so none is hidden behind another.
 """
 
 from __future__ import annotations

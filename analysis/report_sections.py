@@ -263,10 +263,6 @@ def allocation_section(result: Analysis, ri: ReportInput) -> list[Block]:
     return blocks
 
 
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
 def agreement_blocks(result: Analysis) -> list[Block]:
     """The approaches compared on a, pair by pair (nothing when fewer than two are fitted)."""
     rows = result.agreement
@@ -277,7 +273,7 @@ def agreement_blocks(result: Analysis) -> list[Block]:
          "each estimate inside the other's interval?"),
         tuple((f"{r.first} − {r.second}",
                f"{fmt(r.difference)} {fmt_interval(r.difference_ci)}",
-               _yes(r.agree), _yes(r.overlap), _yes(r.each_inside_other)) for r in rows))
+               fmt(r.agree), fmt(r.overlap), fmt(r.each_inside_other)) for r in rows))
     return [Paragraph(
         "**Do the approaches agree on a?** Each pair's difference with its 95% interval over "
         "the same bootstrap draws (every approach refits the same resample in draw k), so "

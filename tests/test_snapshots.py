@@ -1,0 +1,102 @@
+"""Behaviour pinned before a refactor: the run ids every shipped sweep plans, and the fit.json
+of a fixed synthetic ledger (as marin's config snapshot test pins the planned runs).
+
+A change that moves code must leave both unchanged. A change that means to alter them (a new
+recipe field, a new JSON field) regenerates them on purpose and says why in its commit:
+
+    python tests/test_snapshots.py --update
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.analyze import analyze
+from analysis.synthetic import ChinchillaLaw, replicated_runs
+from pipeline import flops
+from pipeline.config import load_sweep
+from pipeline.grid import expand, plan_holdout, vocab_size_for
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAPSHOTS = Path(__file__).with_name("data") / "snapshots"
+RUN_IDS = SNAPSHOTS / "run_ids.json"
+FIT_JSON = SNAPSHOTS / "fit_synthetic.json"
+SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
+
+
+def planned_ids(path: Path) -> dict[str, list[str]]:
+    """The file's main plan and, where it has held-out budgets, the held-out plan for an
+    optimum at the geometric middle of the planned sizes (any fixed n_opt will do: the
+    snapshot pins the planner, not the fit)."""
+    cfg = load_sweep(path)
+    vocab = vocab_size_for(cfg)
+    assert vocab is not None, f"{path.name}: a shipped sweep whose plan needs the corpus"
+    plan = expand(cfg, path, vocab)
+    out = {"main": [s.run_id for s in plan.specs]}
+    if cfg.isoflop is not None and cfg.isoflop.holdout is not None:
+        sizes = [flops.params_total(s.model) for s in plan.specs]
+        n_mid = math.sqrt(min(sizes) * max(sizes))
+        n_opt = dict.fromkeys(cfg.isoflop.holdout.budgets, n_mid)
+        out["holdout"] = [s.run_id for s in plan_holdout(cfg, n_opt, path, vocab).specs]
+    return out
+
+
+def all_run_ids() -> dict[str, dict[str, list[str]]]:
+    return {p.name: planned_ids(p) for p in SWEEPS}
+
+
+def synthetic_fit_json() -> dict:
+    """fit.json of a fixed ledger: 6 budgets x 6 sizes x 2 seeds, one held-out budget."""
+    budgets = np.logspace(18, 20.5, 6)
+    runs = replicated_runs(ChinchillaLaw(), budgets, seeds=2, sizes_per_budget=6, noise=0.004,
+                           holdout_budgets=(1e21,), seed=3)
+    result = analyze(runs, bootstrap=24, seed=0)
+    return json.loads(json.dumps(result.to_json_dict(), allow_nan=False))
+
+
+def _assert_same(got: object, want: object, where: str = "fit.json") -> None:
+    """Equal structure; floats to 1e-7 relative (summation order may differ across BLAS)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and sorted(got) == sorted(want), (
+            f"{where}: keys {sorted(got) if isinstance(got, dict) else got} != {sorted(want)}")
+        for k in want:
+            _assert_same(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {got} != {want}"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _assert_same(g, w, f"{where}[{i}]")
+    elif isinstance(want, float) and not isinstance(want, bool):
+        assert isinstance(got, int | float), f"{where}: {got!r} != {want!r}"
+        assert got == pytest.approx(want, rel=1e-7, abs=1e-12), f"{where}: {got} != {want}"
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=[p.name for p in SWEEPS])
+def test_shipped_sweeps_plan_the_pinned_run_ids(path: Path) -> None:
+    pinned = json.loads(RUN_IDS.read_text())
+    assert path.name in pinned, f"{path.name} is not pinned: run --update and commit it"
+    assert planned_ids(path) == pinned[path.name]
+
+
+def test_every_pinned_sweep_is_still_shipped() -> None:
+    assert sorted(json.loads(RUN_IDS.read_text())) == [p.name for p in SWEEPS]
+
+
+def test_fit_json_of_the_fixed_synthetic_ledger_is_pinned() -> None:
+    _assert_same(synthetic_fit_json(), json.loads(FIT_JSON.read_text()))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit(__doc__)
+    SNAPSHOTS.mkdir(parents=True, exist_ok=True)
+    RUN_IDS.write_text(json.dumps(all_run_ids(), indent=1) + "\n")
+    FIT_JSON.write_text(json.dumps(synthetic_fit_json(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {RUN_IDS.relative_to(ROOT)} and {FIT_JSON.relative_to(ROOT)}")

@@ -9,13 +9,13 @@ Each approach is an ``Estimate`` (the typed fit, its point statistics and its bo
 a ``Skipped`` with the reason (e.g. "no training curves", "a single compute budget"), so a
 report can show everything that was and was not possible with this sweep.
 
-What is fitted (``analysis.selection``): held-out runs never are; when the sweep has cosine
+What is fitted (``analysis.runs.selection``): held-out runs never are; when the sweep has cosine
 and WSD runs only the cosine runs are; seed replicates are averaged into one point per cell
-first. Around the fits: whether the approaches agree on a (``analysis.agreement``), the
-run-to-run noise from the replicates (``analysis.noise``), the residuals against it
-(``analysis.residuals``), the held-out predictions (``analysis.holdout``), the refits under
-other N/C conventions (``analysis.conventions``) and the WSD-vs-cosine pairs
-(``analysis.schedules``).
+first. Around the fits: whether the approaches agree on a (``analysis.checks.agreement``), the
+run-to-run noise from the replicates (``analysis.checks.noise``), the residuals against it
+(``analysis.checks.residuals``), the held-out predictions (``analysis.checks.heldout``), the refits under
+other N/C conventions (``analysis.checks.conventions``) and the WSD-vs-cosine pairs
+(``analysis.checks.schedules``).
 """
 
 from __future__ import annotations
@@ -27,25 +27,25 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from analysis.agreement import Agreement, compare_approaches
-from analysis.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
-from analysis.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
-from analysis.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
-from analysis.bootstrap import Bootstrap
-from analysis.conventions import ConventionTable, compare_conventions
-from analysis.documented import ComparisonRow, compare
-from analysis.envelope import build_curves
+from analysis.checks.agreement import Agreement, compare_approaches
+from analysis.checks.conventions import ConventionTable, compare_conventions
+from analysis.checks.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
+from analysis.checks.heldout import HoldoutCheck, check_holdout
+from analysis.checks.noise import NoiseEstimate, NoiseSplit, estimate_noise, split_by_optimum
+from analysis.checks.propagation import propagate_noise_approach2
+from analysis.checks.published import ComparisonRow, compare
+from analysis.checks.residuals import ResidualCheck, approach2_residuals, approach3_residuals
+from analysis.checks.schedules import ScheduleComparison, compare_schedules
 from analysis.errors import FitError
-from analysis.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
-from analysis.holdout import HoldoutCheck, check_holdout
-from analysis.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
-from analysis.noise import NoiseEstimate, NoiseSplit, estimate_noise, split_by_optimum
-from analysis.propagation import propagate_noise_approach2
-from analysis.residuals import ResidualCheck, approach2_residuals, approach3_residuals
-from analysis.results import Estimate, Skipped
-from analysis.runs import Excluded, RunsTable
-from analysis.schedules import ScheduleComparison, compare_schedules
-from analysis.selection import FitSelection, select_runs
+from analysis.fits.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
+from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
+from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
+from analysis.fits.bootstrap import Bootstrap
+from analysis.fits.envelope import build_curves
+from analysis.fits.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
+from analysis.fits.results import Estimate, Skipped
+from analysis.runs.selection import FitSelection, select_runs
+from analysis.runs.table import Excluded, RunsTable
 from analysis.threads import single_threaded_blas
 
 __all__ = ["APPROACHES", "Analysis", "Estimate", "Skipped", "analyze"]
@@ -83,10 +83,10 @@ class Analysis:
     noise_split: NoiseSplit | None = None
     """The noise near each budget's Approach 2 optimum and away from it (None without both)."""
     noise_propagation: Bootstrap | Skipped = field(default_factory=lambda: Skipped("not run"))
-    """Approach 2 refitted on simulated re-runs with the measured σ (analysis.propagation)."""
+    """Approach 2 refitted on simulated re-runs with the measured σ (analysis.checks.propagation)."""
     agreement: tuple[Agreement, ...] | Skipped = field(
         default_factory=lambda: Skipped("not run"))
-    """Each pair of Approaches 1-3 on a: the paired bootstrap difference (analysis.agreement)."""
+    """Each pair of Approaches 1-3 on a: the paired bootstrap difference (analysis.checks.agreement)."""
 
     @property
     def fitted_runs(self) -> RunsTable:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from analysis.errors import AnalysisError
-from analysis.runs import RunsTable
+from analysis.runs.table import RunsTable
 
 EXIT_INPUT_ERROR = 2
 
@@ -45,14 +45,14 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None]:
     """Runs (and curves, for a sweep) as the arguments ask."""
-    from analysis.load import load_csv, load_sweep
+    from analysis.runs.load import load_csv, load_sweep
 
     if args.sweep:
         data = load_sweep(args.sweep, tracking_uri=args.tracking_uri,
                           flops_convention=args.flops_convention)
         runs = data.runs
         if args.sweep_file:
-            from analysis.planned import restrict_to_plan
+            from analysis.runs.planned import restrict_to_plan
 
             runs = restrict_to_plan(runs, args.sweep_file)
         return runs, data.curves

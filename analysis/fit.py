@@ -14,8 +14,8 @@ import argparse
 import json
 
 from analysis.analyze import APPROACHES, analyze
-from analysis.bootstrap import DEFAULT_RESAMPLES
 from analysis.cli import add_input_arguments, load_input, run_main
+from analysis.fits.bootstrap import DEFAULT_RESAMPLES
 
 
 def parser() -> argparse.ArgumentParser:

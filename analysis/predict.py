@@ -21,8 +21,8 @@ from analysis.analyze import Skipped, analyze
 from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.errors import FitError
 from analysis.render import fmt, fmt_interval
+from analysis.runs.shapes import ShapeChoice, nearest_shape
 from analysis.schema import clean
-from analysis.shapes import ShapeChoice, nearest_shape
 
 QUANTITIES = ("n_opt", "d_opt", "tokens_per_param", "loss_opt")
 

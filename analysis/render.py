@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.analyze import Analysis, Estimate, Skipped
-from analysis.approach2 import Approach2Fit
-from analysis.bootstrap import Interval
+from analysis.fits.approach2 import Approach2Fit
+from analysis.fits.bootstrap import Interval
 from analysis.schema import estimate_to_json
 
 TITLES = {"kaplan": "Kaplan et al. 2020 laws", "1": "Chinchilla Approach 1 (envelope)",

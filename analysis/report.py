@@ -28,12 +28,12 @@ from pathlib import Path
 
 from analysis.analyze import analyze
 from analysis.cli import add_input_arguments, load_input, run_main
-from analysis.document import to_html, to_markdown
 from analysis.errors import AnalysisError
-from analysis.figures import Context, draw_all
-from analysis.provenance import provenance_lines
-from analysis.report_sections import ReportInput, build
-from analysis.samples import PROMPT, sample_jobs
+from analysis.reporting.document import to_html, to_markdown
+from analysis.reporting.figures import Context, draw_all
+from analysis.reporting.provenance import provenance_lines
+from analysis.reporting.samples import PROMPT, sample_jobs
+from analysis.reporting.sections import ReportInput, build
 
 DEFAULT_BOOTSTRAP = 400
 """Fewer than `analysis.fit`'s 1000: the Approach 3 bootstrap is ~95% of a report's time

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analysis.approach1 import Approach1Fit
-from analysis.approach2 import Approach2Fit
-from analysis.approach3 import Approach3Fit
-from analysis.conventions import ConventionTable, GeneralAllocation
-from analysis.holdout import FrontierLaw, HoldoutCheck
-from analysis.kaplan import KaplanFit
-from analysis.noise import NoiseEstimate
-from analysis.results import Skipped
-from analysis.schedules import ScheduleComparison
+from analysis.checks.conventions import ConventionTable, GeneralAllocation
+from analysis.checks.heldout import FrontierLaw, HoldoutCheck
+from analysis.checks.noise import NoiseEstimate
+from analysis.checks.schedules import ScheduleComparison
+from analysis.fits.approach1 import Approach1Fit
+from analysis.fits.approach2 import Approach2Fit
+from analysis.fits.approach3 import Approach3Fit
+from analysis.fits.kaplan import KaplanFit
+from analysis.fits.results import Skipped
 
 if TYPE_CHECKING:
     from analysis.analyze import Analysis, Estimate

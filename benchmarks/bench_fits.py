@@ -6,7 +6,7 @@
 
 What is timed (target: < 60 s on 2 cores):
   1. the fit: all 4500 grid starts' objective evaluated at once (vectorised), L-BFGS-B from
-     the 20 best (analysis.approach3.fit_approach3, the default);
+     the 20 best (analysis.fits.approach3.fit_approach3, the default);
   2. 1000 bootstrap resamples of the runs, each refitted (bootstrap_approach3).
 Then, unless --no-exhaustive, L-BFGS-B from every one of the 4500 starts, to check that the
 fast fit equals the exhaustive one (the check fails loudly if not). Wall and CPU seconds are
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.approach3 import bootstrap_approach3, fit_approach3
-from analysis.load import load_csv
+from analysis.fits.approach3 import bootstrap_approach3, fit_approach3
+from analysis.runs.load import load_csv
 
 EPOCH = Path(__file__).resolve().parents[1] / "tests" / "data" / "chinchilla_epoch_fig4.csv"
 CHINCHILLA_FLOPS = 5.76e23

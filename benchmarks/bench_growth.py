@@ -10,8 +10,8 @@
    MlflowClient, with what pipeline.tracking writes for a finished trial (tags kind=trial,
    status=finished, run_id, sweep, family, budget; the spec as params; the summary metrics of
    pipeline.keys; the eval curve as metric history and as the curve.json artifact),
-   log_batch'ed. Losses follow Chinchilla's law (analysis.synthetic.ChinchillaLaw) on an
-   IsoFLOP grid with 1% noise. At 250, 500, 1,000 and 2,000 runs: analysis.load.load_sweep
+   log_batch'ed. Losses follow Chinchilla's law (analysis.runs.synthetic.ChinchillaLaw) on an
+   IsoFLOP grid with 1% noise. At 250, 500, 1,000 and 2,000 runs: analysis.runs.load.load_sweep
    (with and without curves) and analysis.analyze.analyze (all approaches, point fits:
    bootstrap=0; bootstrap speed is bench_fits.py's subject). Target: 2,000 runs loaded and
    fitted in under 60 s.
@@ -80,7 +80,7 @@ def time_plan(tmp: str) -> list[dict]:
 
 def synthetic_rows(count: int, start: int, seed: int = 0) -> list[dict]:
     """IsoFLOP cells under Chinchilla's law: 10 budgets, sizes around each optimum."""
-    from analysis.synthetic import ChinchillaLaw
+    from analysis.runs.synthetic import ChinchillaLaw
 
     law = ChinchillaLaw()
     rng = np.random.default_rng([seed, start])
@@ -145,7 +145,7 @@ def time_ledger(tmp: str, sizes: list[int]) -> list[dict]:
     from mlflow import MlflowClient
 
     from analysis.analyze import analyze
-    from analysis.load import load_sweep
+    from analysis.runs.load import load_sweep
     from pipeline.tracking import prepare_store
 
     uri = f"sqlite:///{tmp}/ledger.db"

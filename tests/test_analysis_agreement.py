@@ -1,15 +1,15 @@
 """Approaches compared on a: draws pair up across bootstraps, and the paired difference is
-the test (analysis.agreement)."""
+the test (analysis.checks.agreement)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from analysis.agreement import compare_approaches, paired_difference
-from analysis.bootstrap import Bootstrap, run_bootstrap
+from analysis.checks.agreement import compare_approaches, paired_difference
 from analysis.errors import FitError
-from analysis.results import Estimate, Skipped
+from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.results import Estimate, Skipped
 
 RNG = np.random.default_rng(5)
 X = RNG.normal(0.5, 0.2, size=30)

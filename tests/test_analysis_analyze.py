@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from analysis.analyze import Estimate, Skipped, analyze
-from analysis.approach3 import DEFAULT_GRID, _prepare, _Refit, fit_approach3, screen_starts
-from analysis.bootstrap import Interval, run_bootstrap
-from analysis.documented import DOCUMENTED, compare
-from analysis.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.checks.published import DOCUMENTED, compare
+from analysis.fits.approach3 import DEFAULT_GRID, _prepare, _Refit, fit_approach3, screen_starts
+from analysis.fits.bootstrap import Interval, run_bootstrap
+from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 20, 7)
@@ -133,9 +133,9 @@ def test_analysis_never_imports_torch():
     import subprocess
     import sys
 
-    code = ("import sys, analysis.fits, analysis.load, analysis.fit, analysis.predict, "
+    code = ("import sys, analysis.analyze, analysis.runs.load, analysis.fit, analysis.predict, "
             "analysis.render\n"
-            "from analysis.shapes import nearest_shape\n"
+            "from analysis.runs.shapes import nearest_shape\n"
             "assert not isinstance(nearest_shape(1e6, 1e15, None), str)\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from analysis.analyze import Estimate, Skipped, analyze
-from analysis.approach3 import fit_approach3
-from analysis.conventions import (
+from analysis.checks.conventions import (
     GRID,
     allocation,
     compare_conventions,
@@ -16,9 +15,10 @@ from analysis.conventions import (
     resamples_for,
 )
 from analysis.errors import DataError
-from analysis.powerlaw import PowerLaw
-from analysis.runs import runs_from_arrays
-from analysis.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.fits.approach3 import fit_approach3
+from analysis.fits.powerlaw import PowerLaw
+from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.runs.table import runs_from_arrays
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 19, 5)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.errors import DataError
-from analysis.load import load_csv
+from analysis.runs.load import load_csv
 
 EPOCH = Path(__file__).parent / "data" / "chinchilla_epoch_fig4.csv"
 EPOCH_ARGS = ["--csv", str(EPOCH), "--n-col", "Model Size", "--c-col", "Training FLOP",
@@ -68,7 +68,7 @@ def test_csv_seed_role_and_recipe_columns_are_optional(tmp_path):
 
 
 def test_a_report_runs_csv_loads_back_with_what_the_fits_need(tmp_path):
-    from analysis.runs import runs_from_arrays
+    from analysis.runs.table import runs_from_arrays
 
     n = np.array([1e6, 1e6, 2e6, 4e6])
     runs = runs_from_arrays(n, np.full(4, 1e8), [3.0, 3.1, 2.9, 2.8],

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from analysis.analyze import Estimate, Skipped, analyze
-from analysis.approach2 import Approach2Fit, BudgetMinimum
-from analysis.bootstrap import Bootstrap
+from analysis.checks.heldout import HoldoutCheck, HoldoutRow, _interval, check_holdout, fit_frontier
 from analysis.errors import DataError
-from analysis.holdout import HoldoutCheck, HoldoutRow, _interval, check_holdout, fit_frontier
-from analysis.powerlaw import PowerLaw
-from analysis.report_checks import holdout_summary
-from analysis.synthetic import ChinchillaLaw, replicated_runs
+from analysis.fits.approach2 import Approach2Fit, BudgetMinimum
+from analysis.fits.bootstrap import Bootstrap
+from analysis.fits.powerlaw import PowerLaw
+from analysis.reporting.checks import holdout_summary
+from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 19, 5)

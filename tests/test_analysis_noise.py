@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from analysis.analyze import Skipped, analyze
-from analysis.noise import collapse_replicates, estimate_noise, replicate_groups
-from analysis.residuals import approach3_residuals, expected_rms
-from analysis.runs import runs_from_arrays
-from analysis.synthetic import ChinchillaLaw, replicated_runs
+from analysis.checks.noise import collapse_replicates, estimate_noise, replicate_groups
+from analysis.checks.residuals import approach3_residuals, expected_rms
+from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
+from analysis.runs.table import runs_from_arrays
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 19, 5)
@@ -127,8 +127,8 @@ def test_a_misfit_is_many_times_the_noise(runs, result):
 
 
 def test_noise_is_pooled_separately_near_and_away_from_the_optimum() -> None:
-    from analysis.bootstrap import Interval
-    from analysis.noise import NoiseEstimate, NoiseGroup, split_by_optimum
+    from analysis.checks.noise import NoiseEstimate, NoiseGroup, split_by_optimum
+    from analysis.fits.bootstrap import Interval
 
     def group(n: float, budget: float, std: float, seeds: int = 3) -> NoiseGroup:
         return NoiseGroup(family="gpt", N=n, D=1e6, budget=budget, schedule="cosine",
@@ -150,9 +150,9 @@ def test_noise_is_pooled_separately_near_and_away_from_the_optimum() -> None:
 
 
 def test_noise_propagation_is_the_spread_that_the_noise_alone_brings() -> None:
-    from analysis.approach2 import fit_approach2
+    from analysis.checks.propagation import propagate_noise_approach2
     from analysis.errors import FitError
-    from analysis.propagation import propagate_noise_approach2
+    from analysis.fits.approach2 import fit_approach2
 
     runs = collapse_replicates(replicated_runs(LAW, BUDGETS, seeds=3, noise=0.0, seed=1))
     n, d, c, loss, budget = (runs.column(k) for k in ("N", "D", "C", "loss", "budget"))
@@ -171,7 +171,7 @@ def test_noise_propagation_is_the_spread_that_the_noise_alone_brings() -> None:
 
 
 def test_analysis_reports_the_propagation_only_with_measured_noise() -> None:
-    from analysis.bootstrap import Bootstrap
+    from analysis.fits.bootstrap import Bootstrap
 
     with_seeds = analyze(replicated_runs(LAW, BUDGETS, seeds=3, noise=NOISE, seed=1),
                          bootstrap=30, approaches=("2",), conventions=False)

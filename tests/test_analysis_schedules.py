@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from analysis.analyze import Skipped, analyze
-from analysis.runs import runs_from_arrays
-from analysis.schedules import compare_schedules
-from analysis.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.checks.schedules import compare_schedules
+from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.runs.table import runs_from_arrays
 
 LAW = ChinchillaLaw()
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from analysis.errors import DataError
-from analysis.load import load_sweep
-from analysis.synthetic import ChinchillaLaw
+from analysis.runs.load import load_sweep
+from analysis.runs.synthetic import ChinchillaLaw
 from pipeline import keys
 
 # A = B and alpha = beta: N_opt = sqrt(C/6), inside SIZES at every budget.

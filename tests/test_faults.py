@@ -639,7 +639,7 @@ def test_diverged_run_ends_at_its_step_and_the_sweep_goes_on(
     assert train(sd.specs[bad]).diverged_step == step
 
     # The analysis keeps the finished run and excludes the diverged one, saying which and why.
-    from analysis.load import load_sweep as load_runs
+    from analysis.runs.load import load_sweep as load_runs
 
     said: list[str] = []
     table = load_runs(sd.name, tracking_uri=sd.uri, with_curves=False, log=said.append).runs

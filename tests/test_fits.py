@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.approach2 import bootstrap_approach2, fit_approach2
-from analysis.approach3 import (
+from analysis.errors import FitError
+from analysis.fits.approach2 import bootstrap_approach2, fit_approach2
+from analysis.fits.approach3 import (
     DEFAULT_GRID,
     StartGrid,
     bootstrap_approach3,
@@ -27,9 +28,8 @@ from analysis.approach3 import (
     huber_objective,
     huber_objective_batch,
 )
-from analysis.errors import FitError
-from analysis.load import load_csv
-from analysis.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.runs.load import load_csv
+from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
 
 EPOCH = Path(__file__).parent / "data" / "chinchilla_epoch_fig4.csv"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.approach1 import bootstrap_approach1, fit_approach1
-from analysis.envelope import build_curves, envelope
 from analysis.errors import FitError
-from analysis.kaplan import bootstrap_kaplan, fit_kaplan, fit_kaplan_joint, lower_frontier
-from analysis.powerlaw import fit_inverse_power_law, fit_power_law
-from analysis.synthetic import ChinchillaLaw, KaplanLaw, kaplan_grid, training_curves
+from analysis.fits.approach1 import bootstrap_approach1, fit_approach1
+from analysis.fits.envelope import build_curves, envelope
+from analysis.fits.kaplan import bootstrap_kaplan, fit_kaplan, fit_kaplan_joint, lower_frontier
+from analysis.fits.powerlaw import fit_inverse_power_law, fit_power_law
+from analysis.runs.synthetic import ChinchillaLaw, KaplanLaw, kaplan_grid, training_curves
 
 KAPLAN = KaplanLaw()  # alpha_N 0.076, alpha_D 0.095, N_c 8.8e13, D_c 5.4e13
 CHINCHILLA = ChinchillaLaw()

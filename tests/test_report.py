@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import figures, report, samples
-from analysis.synthetic import ChinchillaLaw
+from analysis import report
+from analysis.reporting import figures, samples
+from analysis.runs.synthetic import ChinchillaLaw
 from pipeline import keys
 
 LAW = ChinchillaLaw(E=1.5, A=300.0, B=300.0, alpha=0.3, beta=0.3)  # N_opt = sqrt(C/6)
@@ -102,7 +103,7 @@ def sweep_report(store, tmp_path_factory) -> Path:
         mp.setattr(samples, "sample_command", _fake_sampler)
         # The ledger is synthetic (no run_id is planned by a sweep file): keep every run.
         # restrict_to_plan itself is tested in tests/test_sweep_options.py.
-        mp.setattr("analysis.planned.restrict_to_plan", lambda runs, _file: runs)
+        mp.setattr("analysis.runs.planned.restrict_to_plan", lambda runs, _file: runs)
         lines: list[str] = []
         mp.setattr(report, "print", lambda *a, **k: lines.append(" ".join(map(str, a))),
                    raising=False)
@@ -175,7 +176,7 @@ def test_html_is_self_contained(which, sweep_report, csv_report):
 
 
 def test_html_escapes_text():
-    from analysis.document import Paragraph, to_html
+    from analysis.reporting.document import Paragraph, to_html
 
     page = to_html([Paragraph("a <script>x</script> & `<b>` **bold**")], title="t",
                    folder=Path("."))
@@ -203,7 +204,7 @@ def test_figures_are_valid_pngs(which, sweep_report, csv_report):
 
 @pytest.mark.parametrize("n_budgets", [3, 11])
 def test_every_budget_has_its_own_colour(n_budgets):
-    from analysis.synthetic import isoflop_runs
+    from analysis.runs.synthetic import isoflop_runs
 
     runs = isoflop_runs(ChinchillaLaw(), np.logspace(17, 20, n_budgets), seed=0)
     colours = figures.Context(result=None, runs=runs, curves=None).budget_colors()
@@ -456,8 +457,8 @@ def test_refuses_to_replace_a_folder_that_is_not_a_report(tmp_path, capsys):
 
 
 def test_report_modules_never_import_torch():
-    code = ("import sys, analysis.report, analysis.figures, analysis.samples, "
-            "analysis.provenance, analysis.document, analysis.report_sections, analysis.child\n"
+    code = ("import sys, analysis.report, analysis.reporting.figures, analysis.reporting.samples, "
+            "analysis.reporting.provenance, analysis.reporting.document, analysis.reporting.sections, analysis.child\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -13,7 +13,7 @@ import pytest
 
 from analysis import report
 from analysis.render import fmt
-from analysis.synthetic import ChinchillaLaw, replicated_runs
+from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 19, 4)

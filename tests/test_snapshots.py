@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from analysis.analyze import analyze
-from analysis.synthetic import ChinchillaLaw, replicated_runs
+from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 from pipeline import flops
 from pipeline.config import load_sweep
 from pipeline.grid import expand, plan_holdout, vocab_size_for

@@ -206,7 +206,7 @@ def test_branch_state_at_the_wrong_step_is_an_error(tmp_path: Path, _cache: str)
 def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Synthetic main runs with N_opt = 0.1 * C^0.5: the held-out run lands next to it."""
-    from analysis.runs import runs_from_arrays
+    from analysis.runs.table import runs_from_arrays
     from pipeline.holdout import holdout_plan
 
     rows = []
@@ -223,9 +223,9 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
     class Loaded:
         runs = table
 
-    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
+    monkeypatch.setattr("analysis.runs.load.load_sweep", lambda *a, **k: Loaded)
     # Synthetic runs carry no planned run_id: keep them all (restrict_to_plan is tested below).
-    monkeypatch.setattr("analysis.planned.restrict_to_plan", lambda runs, _file: runs)
+    monkeypatch.setattr("analysis.runs.planned.restrict_to_plan", lambda runs, _file: runs)
     doc = _iso(budgets=[1e10, 3e10, 1e11, 3e11], holdout={"budgets": [1e12], "count": 1},
                replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
@@ -241,13 +241,13 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
 def test_a_sweep_file_broken_before_the_holdout_is_a_holdout_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Edited into an invalid file while the main runs trained: a clear error, no traceback."""
-    from analysis.runs import runs_from_arrays
+    from analysis.runs.table import runs_from_arrays
     from pipeline.holdout import HoldoutError, holdout_plan
 
     class Loaded:
         runs = runs_from_arrays([1e3, 2e3], [1e6, 1e6], [2.0, 2.1], budget=[1e10, 1e10])
 
-    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
+    monkeypatch.setattr("analysis.runs.load.load_sweep", lambda *a, **k: Loaded)
     doc = _iso(replicates=None)
     path = _write(tmp_path, doc)
     cfg = load_sweep(path)
@@ -315,8 +315,8 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
     """After an edit of the sweep file, the ledger's runs of the old recipe are not fitted,
     and a held-out run is kept only if the file's held-out section would plan it now."""
     from analysis.errors import DataError
-    from analysis.planned import restrict_to_plan
-    from analysis.runs import runs_from_arrays
+    from analysis.runs.planned import restrict_to_plan
+    from analysis.runs.table import runs_from_arrays
 
     doc = _iso(replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize
 
-from analysis.bootstrap import Bootstrap, run_bootstrap
 from analysis.errors import FitError
-from analysis.powerlaw import as_positive, require_points, require_varying
+from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.powerlaw import as_positive, require_points, require_varying
 from analysis.threads import single_threaded_blas
 
 HUBER_DELTA = 1e-3

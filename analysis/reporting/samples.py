@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.runs import RunsTable
+from analysis.runs.table import RunsTable
 
 PROMPT = "def "
 MAX_NEW_TOKENS = 200

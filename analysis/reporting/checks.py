@@ -1,19 +1,19 @@
 """The report's sections on whether the law can be trusted: noise, held-out runs, conventions,
-and WSD against cosine runs. Only presentation, like ``analysis.report_sections`` (which
+and WSD against cosine runs. Only presentation, like ``analysis.reporting.sections`` (which
 places these sections); every number comes from the Analysis that fit.json serialises.
 """
 
 from __future__ import annotations
 
 from analysis.analyze import Analysis
-from analysis.bootstrap import Bootstrap, Interval
-from analysis.conventions import ConventionTable
-from analysis.document import Block, Heading, Paragraph, Table
-from analysis.holdout import FrontierLaw, HoldoutCheck
-from analysis.noise import NoiseEstimate
+from analysis.checks.conventions import ConventionTable
+from analysis.checks.heldout import FrontierLaw, HoldoutCheck
+from analysis.checks.noise import NoiseEstimate
+from analysis.checks.schedules import ScheduleComparison
+from analysis.fits.bootstrap import Bootstrap, Interval
+from analysis.fits.results import Estimate, Skipped
 from analysis.render import fmt, fmt_interval
-from analysis.results import Estimate, Skipped
-from analysis.schedules import ScheduleComparison
+from analysis.reporting.document import Block, Heading, Paragraph, Table
 
 MAX_GROUP_ROWS = 30
 

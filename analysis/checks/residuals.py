@@ -3,7 +3,7 @@
 A fit's residual RMS (fitted minus observed final loss, in nats/token) means little on its
 own; against the noise it says whether the law describes the data down to the seed-to-seed
 scatter (ratio ≈ 1) or misses structure (ratio ≫ 1). The noise of a fitted point that
-averages n seeds is σ/√n (``analysis.noise``), and a correct model with p parameters fitted
+averages n seeds is σ/√n (``analysis.checks.noise``), and a correct model with p parameters fitted
 by least squares to k such points leaves residuals of expected RMS
 
     σ · sqrt(mean(1/n_i)) · sqrt((k − p) / k),
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.approach2 import MIN_SIZES, fit_parabola
-from analysis.approach3 import Approach3Fit
-from analysis.runs import RunsTable
+from analysis.fits.approach2 import MIN_SIZES, fit_parabola
+from analysis.fits.approach3 import Approach3Fit
+from analysis.runs.table import RunsTable
 
 APPROACH3_PARAMS = 5
 PARABOLA_PARAMS = 3

@@ -3,13 +3,13 @@
 Three rules, applied in this order, each leaving out runs with a reason:
 
 1. **Held-out runs are never fitted.** A run tagged ``role = holdout`` exists to test the
-   law's prediction (``analysis.holdout``); fitting it would make that test circular.
+   law's prediction (``analysis.checks.heldout``); fitting it would make that test circular.
 2. **One learning-rate schedule.** A final loss depends on the schedule (a cosine run and
    a WSD run of the same N and D end at different losses), so mixing them would bend the
    law. When the main runs have several schedules the fits use the cosine runs (Chinchilla's
    recipe, and the sweep's default) or, without cosine runs, the most common schedule; the
-   others are compared with them in ``analysis.schedules`` instead.
-3. **One point per cell.** Seed replicates are averaged (``analysis.noise``).
+   others are compared with them in ``analysis.checks.schedules`` instead.
+3. **One point per cell.** Seed replicates are averaged (``analysis.checks.noise``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.checks.noise import collapse_replicates
 from analysis.errors import DataError
-from analysis.noise import collapse_replicates
-from analysis.runs import Excluded, RunsTable
+from analysis.runs.table import Excluded, RunsTable
 from pipeline import keys
 
 PREFERRED_SCHEDULE = "cosine"

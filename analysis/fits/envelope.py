@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import FitError
-from analysis.runs import RunsTable
+from analysis.runs.table import RunsTable
 
 DEFAULT_GRID_POINTS = 48
 

@@ -14,7 +14,7 @@ The fits use it through ``collapse_replicates``: the runs of a group are average
 point (mean loss over seeds) before any fit, so a cell with 3 seeds counts once, not three
 times, and the bootstrap resamples cells, not seeds. The point keeps the run_id (and so
 the training curve, for Approach 1) of its lowest seed, and records ``n_seeds`` and
-``loss_std``: a point that averages n seeds has noise σ/√n (see ``analysis.residuals``).
+``loss_std``: a point that averages n seeds has noise σ/√n (see ``analysis.checks.residuals``).
 
 Rows that share a cell *and* a seed are not replicates (e.g. published data without a
 seed column, where every row has seed 0): they are neither averaged nor used for σ.
@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import chi2
 
-from analysis.bootstrap import LEVEL, Interval
-from analysis.results import Skipped
-from analysis.runs import RunsTable
+from analysis.fits.bootstrap import LEVEL, Interval
+from analysis.fits.results import Skipped
+from analysis.runs.table import RunsTable
 
 CELL_COLUMNS = ("family", "n_layer", "d_model", "N", "D", "lr", "schedule", "budget")
 """Runs equal in all of these (numbers to 6 significant digits) differ only in the seed."""

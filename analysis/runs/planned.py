@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import DataError
-from analysis.runs import Excluded, RunsTable
+from analysis.runs.table import Excluded, RunsTable
 from pipeline import keys
 
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from analysis.runs import RunsTable
+from analysis.runs.table import RunsTable
 
 PACKAGES = ("numpy", "scipy", "pandas", "matplotlib", "seaborn", "mlflow")
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent

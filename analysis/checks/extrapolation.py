@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.approach2 import budget_minimum, fit_approach2
-from analysis.approach3 import Approach3Fit, fit_approach3
 from analysis.errors import FitError
-from analysis.runs import RunsTable
+from analysis.fits.approach2 import budget_minimum, fit_approach2
+from analysis.fits.approach3 import Approach3Fit, fit_approach3
+from analysis.runs.table import RunsTable
 
 HELD_OUT_FRACTION = 0.1
 

@@ -7,7 +7,7 @@ final loss, N, D and C; every other run is excluded and named with the reason (p
 kept in ``RunsTable.excluded`` for the report). Curves come from the ``curve.json`` artifact
 (one cheap read), else from the metric history of val/loss and tokens. The recipe columns
 ``seed``, ``lr``, ``schedule`` come from the params ``train.*`` and ``role``, ``branch_of`` from
-the tags; a ledger older than them gets the defaults of ``analysis.runs.OPTIONAL``.
+the tags; a ledger older than them gets the defaults of ``analysis.runs.table.OPTIONAL``.
 
 CSV: one row per run; columns mapped by name (defaults recognise the Epoch Chinchilla file
 and plain N/D/C/loss); D = C/(6N) when the file has no D column (as Besiroglu et al. 2024 do
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import DataError
-from analysis.runs import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
+from analysis.runs.table import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
 from pipeline import keys
 
 Log = Callable[[str], None]

@@ -30,14 +30,14 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from analysis.analyze import Analysis, Estimate, Skipped
-from analysis.approach2 import budget_minimum, fit_approach2, fit_parabola
-from analysis.approach3 import fit_approach3
-from analysis.envelope import build_curves, envelope, interior_points
+from analysis.checks.extrapolation import ExtrapolationCheck, holdout_split
+from analysis.checks.heldout import FrontierLaw, HoldoutCheck
 from analysis.errors import FitError
-from analysis.extrapolation import ExtrapolationCheck, holdout_split
-from analysis.holdout import FrontierLaw, HoldoutCheck
-from analysis.kaplan import lower_frontier
-from analysis.runs import RunsTable
+from analysis.fits.approach2 import budget_minimum, fit_approach2, fit_parabola
+from analysis.fits.approach3 import fit_approach3
+from analysis.fits.envelope import build_curves, envelope, interior_points
+from analysis.fits.kaplan import lower_frontier
+from analysis.runs.table import RunsTable
 
 DPI = 150
 PALETTE = sns.color_palette("colorblind")

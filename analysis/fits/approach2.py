@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.bootstrap import Bootstrap, run_bootstrap
 from analysis.errors import FitError
-from analysis.powerlaw import PowerLaw, PowerLawAllocation, as_positive, fit_power_law
+from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.powerlaw import PowerLaw, PowerLawAllocation, as_positive, fit_power_law
 
 WHAT = "Approach 2 (IsoFLOP parabolas)"
 MIN_SIZES = 3

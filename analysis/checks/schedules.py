@@ -6,7 +6,7 @@ if a branched run ends where a cosine run of the same length does (Hägele et al
 WSD matches cosine). Runs pair when they share family, shape (n_layer, d_model), N and D;
 seeds of one schedule in a pair are averaged. Per pair: difference = WSD − cosine loss, and
 that difference in units of its noise, σ·sqrt(1/n_cosine + 1/n_wsd) with σ the run-to-run
-noise (``analysis.noise``), so |z| ≲ 2 is "no difference the seeds could not make".
+noise (``analysis.checks.noise``), so |z| ≲ 2 is "no difference the seeds could not make".
 All finished runs take part, held-out ones too: this is a comparison, not a fit.
 """
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.noise import row_keys
-from analysis.results import Skipped
-from analysis.runs import RunsTable
+from analysis.checks.noise import row_keys
+from analysis.fits.results import Skipped
+from analysis.runs.table import RunsTable
 
 PAIR_COLUMNS = ("family", "n_layer", "d_model", "N", "D")
 COSINE = "cosine"

@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from analysis.runs import RunsTable, runs_from_arrays
+from analysis.runs.table import RunsTable, runs_from_arrays
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.runs import RunsTable
+from analysis.runs.table import RunsTable
 
 DEFAULT_FAMILY = "gpt"
 DEFAULT_VOCAB = 256

@@ -1,6 +1,6 @@
 """Held-out runs: runs the sweep planned *not* to fit, predicted by the fitted laws.
 
-Why: the internal extrapolation check (``analysis.extrapolation``) hides a budget the sweep
+Why: the internal extrapolation check (``analysis.checks.extrapolation``) hides a budget the sweep
 was designed around; a held-out run (tag ``role = holdout``, usually at a larger budget than
 any fitted one) is a prediction made before looking. The issue's target is a relative error
 below 2% (``TARGET``).
@@ -28,14 +28,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.approach2 import Approach2Fit
-from analysis.approach3 import Approach3Fit
-from analysis.bootstrap import LEVEL, Interval
+from analysis.checks.noise import collapse_replicates
 from analysis.errors import FitError
-from analysis.noise import collapse_replicates
-from analysis.powerlaw import fit_power_law
-from analysis.results import Estimate, Skipped
-from analysis.runs import RunsTable
+from analysis.fits.approach2 import Approach2Fit
+from analysis.fits.approach3 import Approach3Fit
+from analysis.fits.bootstrap import LEVEL, Interval
+from analysis.fits.powerlaw import fit_power_law
+from analysis.fits.results import Estimate, Skipped
+from analysis.runs.table import RunsTable
 
 TARGET = 0.02
 """|predicted − observed| / observed below this counts as a good prediction (the issue's 2%)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.bootstrap import Interval
+from analysis.fits.bootstrap import Interval
 
 
 @dataclass(frozen=True)

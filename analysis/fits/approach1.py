@@ -2,7 +2,7 @@
 
 Hoffmann et al. (2022), Sec. 3.1: for each FLOP count, the run with the lowest loss gives
 the compute-optimal N and D at that compute; power laws through those points give
-N_opt ∝ C^a and D_opt ∝ C^b. The envelope and its interior rule are in analysis.envelope.
+N_opt ∝ C^a and D_opt ∝ C^b. The envelope and its interior rule are in analysis.fits.envelope.
 
 Caveat (Hoffmann et al. 2022, Sec. 3.1 and Fig. A1): an intermediate point of a run whose
 cosine schedule is set for a longer horizon is not the loss a run of that length would reach,
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.bootstrap import Bootstrap, run_bootstrap
-from analysis.envelope import DEFAULT_GRID_POINTS, Curve, Envelope, envelope, interior_points
-from analysis.powerlaw import PowerLaw, PowerLawAllocation, fit_power_law
+from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.envelope import DEFAULT_GRID_POINTS, Curve, Envelope, envelope, interior_points
+from analysis.fits.powerlaw import PowerLaw, PowerLawAllocation, fit_power_law
 
 WHAT = "Approach 1 (envelope of training curves)"
 

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
-from analysis.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
-from analysis.bootstrap import Bootstrap
 from analysis.errors import AnalysisError, DataError, FitError
-from analysis.powerlaw import PowerLaw, fit_power_law
-from analysis.results import Estimate, Skipped
-from analysis.runs import RunsTable
+from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
+from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
+from analysis.fits.bootstrap import Bootstrap
+from analysis.fits.powerlaw import PowerLaw, fit_power_law
+from analysis.fits.results import Estimate, Skipped
+from analysis.runs.table import RunsTable
 
 GRID: tuple[tuple[str, str], ...] = (("total", "6nd"), ("total", "exact"),
                                      ("non_embedding", "6nd"), ("non_embedding", "exact"))

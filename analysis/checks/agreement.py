@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.bootstrap import LEVEL, Bootstrap, Interval
-from analysis.results import Estimate, Skipped
+from analysis.fits.bootstrap import LEVEL, Bootstrap, Interval
+from analysis.fits.results import Estimate, Skipped
 
 PAIRS = ("1", "2", "3")
 """Chinchilla's approaches, compared pairwise on a (b = 1 − a under C = 6·N·D)."""

@@ -14,13 +14,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.analyze import Analysis, Estimate, Skipped
-from analysis.approach2 import BudgetMinimum, budget_minimum
-from analysis.bootstrap import Interval
-from analysis.document import Block, Bullets, Code, Figure, Heading, Paragraph, Table
-from analysis.extrapolation import ExtrapolationCheck
-from analysis.figures import CHINCHILLA_A, KAPLAN_A, Drawn
+from analysis.checks.extrapolation import ExtrapolationCheck
+from analysis.fits.approach2 import BudgetMinimum, budget_minimum
+from analysis.fits.bootstrap import Interval
 from analysis.render import fmt, fmt_interval
-from analysis.report_checks import (
+from analysis.reporting.checks import (
     conventions_section,
     holdout_section,
     holdout_summary,
@@ -28,8 +26,10 @@ from analysis.report_checks import (
     noise_summary,
     schedules_section,
 )
-from analysis.runs import RunsTable
-from analysis.samples import Sample
+from analysis.reporting.document import Block, Bullets, Code, Figure, Heading, Paragraph, Table
+from analysis.reporting.figures import CHINCHILLA_A, KAPLAN_A, Drawn
+from analysis.reporting.samples import Sample
+from analysis.runs.table import RunsTable
 
 CHINCHILLA_TOKENS = 20.0
 KIND = {"3": "parametric fit", "2": "IsoFLOP parabolas", "1": "envelope of curves"}
@@ -279,7 +279,7 @@ def agreement_blocks(result: Analysis) -> list[Block]:
         "the same bootstrap draws (every approach refits the same resample in draw k), so "
         "the interval is that of the difference itself; they agree when it contains 0. The "
         "last two columns are the looser and the stricter reading of two separate "
-        "intervals (analysis/agreement.py)."), table]
+        "intervals (analysis/checks/agreement.py)."), table]
 
 
 KAPLAN_ROWS = (("alpha_N", "α_N of L(N)", 0.076), ("alpha_D", "α_D of L(D)", 0.095),

@@ -12,7 +12,7 @@ size to convergence, so L(N) and L(D) are fitted to the *lower frontier* of the 
 a run is kept when its loss is below that of every run with a smaller-or-equal N (for L(N))
 or D (for L(D)). With a full N x D grid this is the longest-trained run per size (and the
 largest model per data size); with an IsoFLOP grid it is an approximation that reports say is
-one. L(C_min) and N_opt(C) come from the envelope of training curves (analysis.envelope).
+one. L(C_min) and N_opt(C) come from the envelope of training curves (analysis.fits.envelope).
 The joint law is fitted to every run by least squares on log L.
 """
 
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
-from analysis.bootstrap import Bootstrap, run_bootstrap
-from analysis.envelope import DEFAULT_GRID_POINTS, Curve, envelope, interior_points
 from analysis.errors import FitError
-from analysis.powerlaw import (
+from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.envelope import DEFAULT_GRID_POINTS, Curve, envelope, interior_points
+from analysis.fits.powerlaw import (
     InversePowerLaw,
     PowerLaw,
     as_positive,

@@ -1,0 +1,1 @@
+"""The checks around the fits: noise, residuals, held-out runs, extrapolation, agreement, conventions, schedules, propagation, published values."""

@@ -1,0 +1,1 @@
+"""The report: its sections, figures, document blocks, provenance and samples."""

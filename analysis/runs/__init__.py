@@ -1,0 +1,1 @@
+"""The runs: the table, loading it, which runs are fitted, the plan, synthetic data, shapes."""

@@ -3,7 +3,7 @@
     runs = load_sweep("chinchilla").runs            # or load_csv(...)
     result = analyze(runs, curves, bootstrap=1000, seed=0)
     result.approach3.fit.alpha, result.approach3.ci95("alpha"), result.comparison, ...
-    json.dumps(result.to_json_dict())               # the schema of docs/analysis.md
+    json.dumps(analysis_to_json(result))            # analysis.schema: docs/analysis.md
 
 Each approach is an ``Estimate`` (the typed fit, its point statistics and its bootstrap) or
 a ``Skipped`` with the reason (e.g. "no training curves", "a single compute budget"), so a
@@ -96,11 +96,6 @@ class Analysis:
     def approaches(self) -> dict[str, Estimate | Skipped]:
         return {"kaplan": self.kaplan, "1": self.approach1, "2": self.approach2,
                 "3": self.approach3}
-
-    def to_json_dict(self) -> dict:
-        from analysis.schema import analysis_to_json  # the schema lives in one module
-
-        return analysis_to_json(self)
 
 
 def _estimate(fit_fn: Callable[[], FitT], stats_fn: Callable[[FitT], Mapping[str, float]],

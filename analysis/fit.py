@@ -4,7 +4,7 @@
     python -m analysis.fit --csv tests/data/chinchilla_epoch_fig4.csv --n-col "Model Size" \\
         --c-col "Training FLOP" --loss-col loss --drop-highest-loss 5 --approach 3 --json
 
---json prints one JSON object (schema in docs/analysis.md, the same as Analysis.to_json_dict);
+--json prints one JSON object (schema in docs/analysis.md, the same as analysis.schema.analysis_to_json);
 otherwise readable tables. Input errors print one line and exit with status 2.
 """
 
@@ -16,6 +16,7 @@ import json
 from analysis.analyze import APPROACHES, analyze
 from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.fits.bootstrap import DEFAULT_RESAMPLES
+from analysis.schema import analysis_to_json
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                      approaches=approaches, reference_flops=args.reference_flops,
                      n_jobs=args.jobs)
     if args.json:
-        print(json.dumps(result.to_json_dict(), indent=2, allow_nan=False))
+        print(json.dumps(analysis_to_json(result), indent=2, allow_nan=False))
     else:
         from analysis.render import render
 

@@ -1,7 +1,7 @@
 """Human-readable tables of an Analysis (rich), for `python -m analysis.fit`.
 
 Only presentation: every number comes from the Analysis object, the same one that
-``to_json_dict`` serialises, so the table and the JSON never disagree.
+``analysis.schema.analysis_to_json`` serialises, so the table and the JSON never disagree.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from analysis.reporting.figures import Context, draw_all
 from analysis.reporting.provenance import provenance_lines
 from analysis.reporting.samples import PROMPT, sample_jobs
 from analysis.reporting.sections import ReportInput, build
+from analysis.schema import analysis_to_json
 
 DEFAULT_BOOTSTRAP = 400
 """Fewer than `analysis.fit`'s 1000: the Approach 3 bootstrap is ~95% of a report's time
@@ -174,7 +175,7 @@ def write_report(args: argparse.Namespace) -> Path:
             (tmp / "report.html").write_text(
                 to_html(blocks, title=f"Scaling report: {name}", folder=tmp), encoding="utf-8")
             (tmp / "fit.json").write_text(
-                json.dumps(result.to_json_dict(), indent=2, allow_nan=False) + "\n",
+                json.dumps(analysis_to_json(result), indent=2, allow_nan=False) + "\n",
                 encoding="utf-8")
             runs.frame.to_csv(tmp / "runs.csv", index=False)
     _log(f"report: {out} written in {time.monotonic() - started:.1f} s")

@@ -31,9 +31,10 @@ def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Pla
     compares the held-out loss with what every fit predicts for the size actually trained.
     """
     from analysis.approach2 import fit_approach2
-    from analysis.errors import AnalysisError
     from analysis.load import load_sweep as load_runs
     from analysis.planned import restrict_to_plan
+
+    from analysis.errors import AnalysisError
 
     assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
     try:

@@ -13,6 +13,7 @@ from analysis.checks.published import DOCUMENTED, compare
 from analysis.fits.approach3 import DEFAULT_GRID, _prepare, _Refit, fit_approach3, screen_starts
 from analysis.fits.bootstrap import Interval, run_bootstrap
 from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.schema import analysis_to_json
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 20, 7)
@@ -58,7 +59,7 @@ def test_extrapolation_predicts_the_held_out_budget(result):
 
 
 def test_json_is_strict_and_has_the_documented_shape(result):
-    out = json.loads(json.dumps(result.to_json_dict(), allow_nan=False))
+    out = json.loads(json.dumps(analysis_to_json(result), allow_nan=False))
     assert set(out) == {"schema", "source", "n_runs", "excluded", "conventions",
                         "reference_flops", "bootstrap", "approaches", "comparison",
                         "extrapolation", "fitted", "noise", "residuals", "holdout",

@@ -17,6 +17,7 @@ from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.powerlaw import PowerLaw
 from analysis.reporting.checks import holdout_summary
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
+from analysis.schema import analysis_to_json
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 19, 5)
@@ -103,7 +104,7 @@ def test_without_a_fitted_approach_the_reason_travels(runs):
 
 
 def test_json_of_the_held_out_runs(result):
-    out = json.loads(json.dumps(result.to_json_dict(), allow_nan=False))
+    out = json.loads(json.dumps(analysis_to_json(result), allow_nan=False))
     hold = out["holdout"]
     assert hold["status"] == "ok" and hold["target"] == 0.02
     (run,) = hold["runs"]

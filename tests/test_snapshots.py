@@ -19,6 +19,7 @@ import pytest
 
 from analysis.analyze import analyze
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
+from analysis.schema import analysis_to_json
 from pipeline import flops
 from pipeline.config import load_sweep
 from pipeline.grid import expand, plan_holdout, vocab_size_for
@@ -57,7 +58,7 @@ def synthetic_fit_json() -> dict:
     runs = replicated_runs(ChinchillaLaw(), budgets, seeds=2, sizes_per_budget=6, noise=0.004,
                            holdout_budgets=(1e21,), seed=3)
     result = analyze(runs, bootstrap=24, seed=0)
-    return json.loads(json.dumps(result.to_json_dict(), allow_nan=False))
+    return json.loads(json.dumps(analysis_to_json(result), allow_nan=False))
 
 
 def _assert_same(got: object, want: object, where: str = "fit.json") -> None:

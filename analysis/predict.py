@@ -20,9 +20,9 @@ from rich.table import Table
 from analysis.analyze import Skipped, analyze
 from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.errors import FitError
-from analysis.render import fmt, fmt_interval
 from analysis.runs.shapes import ShapeChoice, nearest_shape
 from analysis.schema import clean
+from analysis.text import fmt, fmt_interval
 
 QUANTITIES = ("n_opt", "d_opt", "tokens_per_param", "loss_opt")
 

@@ -13,27 +13,12 @@ from rich.table import Table
 
 from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.fits.approach2 import Approach2Fit
-from analysis.fits.bootstrap import Interval
 from analysis.schema import estimate_to_json
+from analysis.text import fmt, fmt_interval
 
 TITLES = {"kaplan": "Kaplan et al. 2020 laws", "1": "Chinchilla Approach 1 (envelope)",
           "2": "Chinchilla Approach 2 (IsoFLOP parabolas)",
           "3": "Chinchilla Approach 3 (L = E + A/N^α + B/D^β)"}
-
-
-def fmt(value: object) -> str:
-    """Numbers to 4 significant digits; None as a dash."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def fmt_interval(iv: Interval | None) -> str:
-    return "—" if iv is None else f"[{iv.low:.4g}, {iv.high:.4g}]"
 
 
 def estimate_table(name: str, est: Estimate) -> Table:

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis import report
-from analysis.render import fmt
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
+from analysis.text import fmt
 
 LAW = ChinchillaLaw()
 BUDGETS = np.logspace(17, 19, 4)

@@ -12,8 +12,8 @@ from analysis.checks.noise import NoiseEstimate
 from analysis.checks.schedules import ScheduleComparison
 from analysis.fits.bootstrap import Bootstrap, Interval
 from analysis.fits.results import Estimate, Skipped
-from analysis.render import fmt, fmt_interval
 from analysis.reporting.document import Block, Heading, Paragraph, Table
+from analysis.text import fmt, fmt_interval
 
 MAX_GROUP_ROWS = 30
 

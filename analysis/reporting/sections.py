@@ -1,6 +1,6 @@
 """The report's text: every section as document blocks, from one Analysis.
 
-Only presentation. Numbers are formatted with ``analysis.render.fmt`` (4 significant
+Only presentation. Numbers are formatted with ``analysis.text.fmt`` (4 significant
 digits), the same as ``python -m analysis.fit``, and come from the Analysis object that
 ``fit.json`` serialises, so the report, the JSON and the CLI agree.
 """
@@ -17,7 +17,6 @@ from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.checks.extrapolation import ExtrapolationCheck
 from analysis.fits.approach2 import BudgetMinimum, budget_minimum
 from analysis.fits.bootstrap import Interval
-from analysis.render import fmt, fmt_interval
 from analysis.reporting.checks import (
     conventions_section,
     holdout_section,
@@ -30,6 +29,7 @@ from analysis.reporting.document import Block, Bullets, Code, Figure, Heading, P
 from analysis.reporting.figures import CHINCHILLA_A, KAPLAN_A, Drawn
 from analysis.reporting.samples import Sample
 from analysis.runs.table import RunsTable
+from analysis.text import fmt, fmt_interval
 
 CHINCHILLA_TOKENS = 20.0
 KIND = {"3": "parametric fit", "2": "IsoFLOP parabolas", "1": "envelope of curves"}

@@ -15,12 +15,12 @@ Reported, per approach:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from analysis.errors import FitError
-from analysis.fits.approach2 import budget_minimum, fit_approach2
+from analysis.fits.approach2 import Approach2Fit, budget_minimum, fit_approach2
 from analysis.fits.approach3 import Approach3Fit, fit_approach3
 from analysis.runs.table import RunsTable
 
@@ -45,9 +45,11 @@ class ExtrapolationCheck:
     """(predicted − reference) / reference."""
     loss_mean_abs_rel_error: float | None = None
     loss_max_abs_rel_error: float | None = None
+    refit: Approach2Fit | Approach3Fit | None = field(default=None, repr=False, compare=False)
+    """The fit without the held-out runs (what the report's extrapolation figure draws)."""
 
     def to_json_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "refit"}
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def check_approach3(runs: RunsTable, full: Approach3Fit) -> ExtrapolationCheck:
         n_opt_reference=reference, n_opt_reference_kind=kind,
         n_opt_rel_error=(predicted - reference) / reference,
         loss_mean_abs_rel_error=float(rel.mean()), loss_max_abs_rel_error=float(rel.max()),
+        refit=refit,
     )
 
 
@@ -125,5 +128,5 @@ def check_approach2(runs: RunsTable) -> ExtrapolationCheck:
         n_held_out=int(held.sum()), flops=reference.flops, n_opt_predicted=predicted,
         n_opt_reference=reference.n_opt,
         n_opt_reference_kind="IsoFLOP parabola minimum of the held-out budget",
-        n_opt_rel_error=(predicted - reference.n_opt) / reference.n_opt,
+        n_opt_rel_error=(predicted - reference.n_opt) / reference.n_opt, refit=refit,
     )

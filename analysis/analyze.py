@@ -5,7 +5,9 @@
     result.approach3.fit.alpha, result.approach3.ci95("alpha"), result.comparison, ...
     json.dumps(analysis_to_json(result))            # analysis.schema: docs/analysis.md
 
-Each approach is an ``Estimate`` (the typed fit, its point statistics and its bootstrap) or
+The approaches are the entries of the table of fits (``analysis.fits.table.FITS``);
+``result.fits`` maps each name to an ``Estimate`` (``result.kaplan``, ``result.approach1``
+... for the built-in ones). Each approach is an ``Estimate`` (the typed fit, its point statistics and its bootstrap) or
 a ``Skipped`` with the reason (e.g. "no training curves", "a single compute budget"), so a
 report can show everything that was and was not possible with this sweep.
 
@@ -20,11 +22,9 @@ other N/C conventions (``analysis.checks.conventions``) and the WSD-vs-cosine pa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
-import numpy as np
 import pandas as pd
 
 from analysis.checks.agreement import Agreement, compare_approaches
@@ -37,20 +37,16 @@ from analysis.checks.published import ComparisonRow, compare
 from analysis.checks.residuals import ResidualCheck, approach2_residuals, approach3_residuals
 from analysis.checks.schedules import ScheduleComparison, compare_schedules
 from analysis.errors import FitError
-from analysis.fits.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
-from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
-from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
 from analysis.fits.bootstrap import Bootstrap
-from analysis.fits.envelope import build_curves
-from analysis.fits.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
 from analysis.fits.results import Estimate, Skipped
+from analysis.fits.spec import FitInput
+from analysis.fits.table import FITS
 from analysis.runs.selection import FitSelection, select_runs
 from analysis.runs.table import Excluded, RunsTable
 from analysis.threads import single_threaded_blas
 
-__all__ = ["APPROACHES", "Analysis", "Estimate", "Skipped", "analyze"]
-APPROACHES: tuple[str, ...] = ("kaplan", "1", "2", "3")
-FitT = TypeVar("FitT")
+__all__ = ["Analysis", "Estimate", "Skipped", "analyze"]
+NOT_REQUESTED = Skipped("not requested")
 
 
 @dataclass(frozen=True)
@@ -66,10 +62,8 @@ class Analysis:
     """The compute at which tokens per parameter is reported (default: the largest C)."""
     n_resamples: int
     seed: int
-    kaplan: Estimate[KaplanFit] | Skipped
-    approach1: Estimate[Approach1Fit] | Skipped
-    approach2: Estimate[Approach2Fit] | Skipped
-    approach3: Estimate[Approach3Fit] | Skipped
+    fits: Mapping[str, Estimate | Skipped]
+    """Each approach of the table of fits (``analysis.fits.table.FITS``), in table order."""
     comparison: tuple[ComparisonRow, ...]
     selection: FitSelection = field(repr=False, compare=False)
     """Which runs were fitted (``selection.fitted``), held out and left out, and why."""
@@ -83,34 +77,34 @@ class Analysis:
     noise_split: NoiseSplit | None = None
     """The noise near each budget's Approach 2 optimum and away from it (None without both)."""
     noise_propagation: Bootstrap | Skipped = field(default_factory=lambda: Skipped("not run"))
-    """Approach 2 refitted on simulated re-runs with the measured σ (analysis.checks.propagation)."""
+    """Approach 2 refitted on simulated re-runs with the measured σ (analysis.propagation)."""
     agreement: tuple[Agreement, ...] | Skipped = field(
         default_factory=lambda: Skipped("not run"))
-    """Each pair of Approaches 1-3 on a: the paired bootstrap difference (analysis.checks.agreement)."""
+    """Each pair of Approaches 1-3 on a: the paired bootstrap difference (analysis.agreement)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
         """The points every fit read (one per cell; what the figures draw)."""
         return self.selection.fitted
 
+    @property
+    def kaplan(self) -> Estimate | Skipped:
+        return self.fits.get("kaplan", NOT_REQUESTED)
+
+    @property
+    def approach1(self) -> Estimate | Skipped:
+        return self.fits.get("1", NOT_REQUESTED)
+
+    @property
+    def approach2(self) -> Estimate | Skipped:
+        return self.fits.get("2", NOT_REQUESTED)
+
+    @property
+    def approach3(self) -> Estimate | Skipped:
+        return self.fits.get("3", NOT_REQUESTED)
+
     def approaches(self) -> dict[str, Estimate | Skipped]:
-        return {"kaplan": self.kaplan, "1": self.approach1, "2": self.approach2,
-                "3": self.approach3}
-
-
-def _estimate(fit_fn: Callable[[], FitT], stats_fn: Callable[[FitT], Mapping[str, float]],
-              boot_fn: Callable[[FitT], Bootstrap] | None) -> Estimate[FitT] | Skipped:
-    """Fit, then bootstrap; FitError from the fit becomes Skipped with its message."""
-    try:
-        fit = fit_fn()
-    except FitError as err:
-        return Skipped(str(err))
-    if boot_fn is None:
-        return Estimate(fit, stats_fn(fit))
-    try:
-        return Estimate(fit, stats_fn(fit), bootstrap=boot_fn(fit))
-    except FitError as err:
-        return Estimate(fit, stats_fn(fit), bootstrap_error=str(err))
+        return dict(self.fits)
 
 
 def analyze(
@@ -119,97 +113,71 @@ def analyze(
     *,
     bootstrap: int = 1000,
     seed: int = 0,
-    approaches: Iterable[str] = APPROACHES,
+    approaches: Iterable[str] | None = None,
     reference_flops: float | None = None,
     n_jobs: int = 1,
     conventions: bool = True,
 ) -> Analysis:
-    """Fit every requested approach, bootstrap it, compare with the documented values and
-    run the checks. ``bootstrap=0`` skips the intervals (fast); ``conventions=False`` skips
-    the refits under other N/C conventions (the slowest check)."""
-    wanted = set(approaches)
-    unknown = wanted - set(APPROACHES)
+    """Fit every requested approach (default: every entry of the table of fits), bootstrap
+    it, compare with the documented values and run the checks. ``bootstrap=0`` skips the
+    intervals (fast); ``conventions=False`` skips the refits under other N/C conventions
+    (the slowest check)."""
+    wanted = set(FITS) if approaches is None else set(approaches)
+    unknown = wanted - set(FITS)
     if unknown:
-        raise ValueError(f"unknown approach(es) {sorted(unknown)}; known: {APPROACHES}")
+        raise ValueError(f"unknown approach(es) {sorted(unknown)}; known: {tuple(FITS)}")
     selection = select_runs(runs)
     all_runs, runs = runs, selection.fitted  # every fit below reads the selected points
     noise = estimate_noise(selection.replicates)
     sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
-    n, d, c, loss, budget = (runs.column(k) for k in ("N", "D", "C", "loss", "budget"))
-    not_requested = Skipped("not requested")
-
-    def boot(fn: Callable[..., Bootstrap]) -> Callable[..., Bootstrap] | None:
-        return fn if bootstrap > 0 else None
-
     with single_threaded_blas():
-        kaplan: Estimate | Skipped = not_requested
-        if "kaplan" in wanted:
-            n_k, _, label = runs.kaplan_n_c()
-            curves_k = build_curves(runs, curves, kaplan=True)
-            kaplan = _estimate(
-                lambda: fit_kaplan(n_k, d, loss, curves_k, conventions=label),
-                KaplanFit.statistics,
-                boot(lambda f: bootstrap_kaplan(n_k, d, loss, curves_k, f,
-                                                n_resamples=bootstrap, seed=seed)),
-            )
-        a1: Estimate | Skipped = not_requested
-        if "1" in wanted:
-            curves_c = build_curves(runs, curves)
-            if all(cv is None for cv in curves_c):
-                a1 = Skipped("no training curves")
-            else:
-                a1 = _estimate(
-                    lambda: fit_approach1(curves_c), lambda f: f.statistics(ref),
-                    boot(lambda f: bootstrap_approach1(curves_c, flops=ref,
-                                                       n_resamples=bootstrap, seed=seed)),
-                )
-        a2: Estimate | Skipped = not_requested
-        if "2" in wanted:
-            if not np.isfinite(budget).any():
-                a2 = Skipped("no IsoFLOP budgets (no run belongs to a budget)")
-            else:
-                a2 = _estimate(
-                    lambda: fit_approach2(n, d, c, loss, budget), lambda f: f.statistics(ref),
-                    boot(lambda f: bootstrap_approach2(n, d, c, loss, budget, flops=ref,
-                                                       n_resamples=bootstrap, seed=seed)),
-                )
-        a3: Estimate | Skipped = not_requested
-        if "3" in wanted:
-            a3 = _estimate(
-                lambda: fit_approach3(n, d, loss), lambda f: f.statistics(ref),
-                boot(lambda f: bootstrap_approach3(n, d, loss, f, flops=ref,
-                                                   n_resamples=bootstrap, seed=seed,
-                                                   n_jobs=n_jobs)),
-            )
+        fits = fit_all(FitInput(runs, curves, ref, bootstrap, seed, n_jobs), wanted)
+        a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
-        residuals: tuple[ResidualCheck, ...] = (
-            () if isinstance(a3, Skipped) else (approach3_residuals(runs, a3.fit, sigma),))
-        if "2" in wanted:
-            residuals += approach2_residuals(runs, sigma)
-        refits: ConventionTable | Skipped = Skipped("not requested")
+        residuals = _residuals(runs, a3, sigma, with_parabolas="2" in wanted)
+        refits: ConventionTable | Skipped = NOT_REQUESTED
         if conventions and wanted & {"2", "3"}:
             refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
                                          approaches=wanted & {"2", "3"}, n_jobs=n_jobs)
-
-    estimates = {
-        name: (est.reason if isinstance(est, Skipped) else (dict(est.point), est.intervals))
-        for name, est in {"kaplan": kaplan, "1": a1, "2": a2, "3": a3}.items()
-    }
     return Analysis(
         source=all_runs.source, n_runs=len(all_runs), excluded=all_runs.excluded,
         conventions={"N": runs.n_convention, "C": runs.c_convention,
                      "kaplan": runs.kaplan_n_c()[2]},
-        reference_flops=ref, n_resamples=bootstrap, seed=seed,
-        kaplan=kaplan, approach1=a1, approach2=a2, approach3=a3,
-        comparison=compare(estimates, tokens_note=f"at C = {ref:.3g}"),
+        reference_flops=ref, n_resamples=bootstrap, seed=seed, fits=fits,
+        comparison=compare_documented(fits, ref),
         selection=selection, noise=noise, residuals=residuals,
         holdout=check_holdout(selection.holdout, a3, a2),
         convention_refits=refits, schedules=compare_schedules(all_runs, sigma),
         extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
         noise_propagation=_propagation(runs, sigma, a2, ref, bootstrap, seed),
-        agreement=compare_approaches({"1": a1, "2": a2, "3": a3}),
+        agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in ("1", "2", "3")}),
     )
+
+
+def fit_all(inp: FitInput, wanted: set[str]) -> dict[str, Estimate | Skipped]:
+    """Every entry of the table of fits, in table order; those not wanted are Skipped."""
+    return {name: spec.run(inp) if name in wanted else NOT_REQUESTED
+            for name, spec in FITS.items()}
+
+
+def compare_documented(fits: Mapping[str, Estimate | Skipped],
+                       ref: float) -> tuple[ComparisonRow, ...]:
+    """The published values (analysis.checks.published) against each fit's estimates."""
+    estimates = {
+        name: (est.reason if isinstance(est, Skipped) else (dict(est.point), est.intervals))
+        for name, est in fits.items()
+    }
+    return compare(estimates, tokens_note=f"at C = {ref:.3g}")
+
+
+def _residuals(runs: RunsTable, a3: Estimate | Skipped, sigma: float | None, *,
+               with_parabolas: bool) -> tuple[ResidualCheck, ...]:
+    out: tuple[ResidualCheck, ...] = (
+        () if isinstance(a3, Skipped) else (approach3_residuals(runs, a3.fit, sigma),))
+    if with_parabolas:
+        out += approach2_residuals(runs, sigma)
+    return out
 
 
 def _propagation(runs: RunsTable, sigma: float | None, a2: Estimate | Skipped, ref: float,

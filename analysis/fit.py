@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from analysis.analyze import APPROACHES, analyze
+from analysis.analyze import analyze
 from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.fits.bootstrap import DEFAULT_RESAMPLES
+from analysis.fits.table import FITS
 from analysis.schema import analysis_to_json
 
 
@@ -23,8 +24,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m analysis.fit", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
-    p.add_argument("--approach", choices=[*APPROACHES, "all"], default="all",
-                   help="which fit(s) to run (default: all)")
+    p.add_argument("--approach", choices=[*FITS, "all"], default="all",
+                   help="which fit(s) to run, from the table of fits (default: all)")
     p.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
                    help=f"bootstrap resamples of runs (default {DEFAULT_RESAMPLES}; 0: none)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.bootstrap < 0:
         parser().error("--bootstrap must be >= 0")
     runs, curves = load_input(args)
-    approaches = APPROACHES if args.approach == "all" else (args.approach,)
+    approaches = tuple(FITS) if args.approach == "all" else (args.approach,)
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=approaches, reference_flops=args.reference_flops,
                      n_jobs=args.jobs)

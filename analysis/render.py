@@ -13,21 +13,18 @@ from rich.table import Table
 
 from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.fits.approach2 import Approach2Fit
+from analysis.fits.table import FITS
 from analysis.schema import estimate_to_json
 from analysis.text import fmt, fmt_interval
 
-TITLES = {"kaplan": "Kaplan et al. 2020 laws", "1": "Chinchilla Approach 1 (envelope)",
-          "2": "Chinchilla Approach 2 (IsoFLOP parabolas)",
-          "3": "Chinchilla Approach 3 (L = E + A/N^α + B/D^β)"}
-
 
 def estimate_table(name: str, est: Estimate) -> Table:
-    table = Table(title=TITLES[name], title_justify="left")
+    table = Table(title=FITS[name].title, title_justify="left")
     for col in ("quantity", "estimate", "95% interval"):
         table.add_column(col)
     for key, value in est.point.items():
         table.add_row(key, fmt(value), fmt_interval(est.ci95(key)))
-    extra = estimate_to_json(est)
+    extra = estimate_to_json(name, est)
     for key in ("N_c", "D_c", "C_c", "objective", "n_points"):
         if key in extra:
             table.add_row(key, fmt(extra[key]), "")
@@ -95,7 +92,7 @@ def render(result: Analysis, console: Console | None = None) -> None:
     for name, est in result.approaches().items():
         if isinstance(est, Skipped):
             if est.reason != "not requested":
-                console.print(f"{TITLES[name]}: skipped: {est.reason}")
+                console.print(f"{FITS[name].title}: skipped: {est.reason}")
             continue
         console.print(estimate_table(name, est))
         if isinstance(est.fit, Approach2Fit) and (flagged := flagged_table(est.fit)):

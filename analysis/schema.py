@@ -18,14 +18,11 @@ from analysis.checks.conventions import ConventionTable, GeneralAllocation
 from analysis.checks.heldout import FrontierLaw, HoldoutCheck
 from analysis.checks.noise import NoiseEstimate
 from analysis.checks.schedules import ScheduleComparison
-from analysis.fits.approach1 import Approach1Fit
-from analysis.fits.approach2 import Approach2Fit
-from analysis.fits.approach3 import Approach3Fit
-from analysis.fits.kaplan import KaplanFit
-from analysis.fits.results import Skipped
+from analysis.fits.results import Estimate, Skipped
+from analysis.fits.table import FITS
 
 if TYPE_CHECKING:
-    from analysis.analyze import Analysis, Estimate
+    from analysis.analyze import Analysis
 
 SCHEMA = "scaling-analysis/1"
 
@@ -45,39 +42,12 @@ def clean(value: Any) -> Any:
     return value
 
 
-def _fit_fields(fit: object) -> dict[str, Any]:
-    """The parameters of a fit beyond its point statistics (coefficients, diagnostics)."""
-    if isinstance(fit, Approach3Fit):
-        return {"objective": fit.objective, "converged": fit.converged,
-                "n_points": fit.n_points, "n_starts": fit.n_starts,
-                "n_optimized": fit.n_optimized, "huber_delta": fit.delta}
-    if isinstance(fit, (Approach1Fit, Approach2Fit)):
-        out: dict[str, Any] = {
-            "n_opt_coefficient": fit.n_law.coefficient, "d_opt_coefficient": fit.d_law.coefficient,
-            "n_points": fit.n_law.n_points,
-        }
-        if isinstance(fit, Approach2Fit):
-            out["budgets"] = [dict(m.__dict__) for m in fit.budgets]
-        return out
-    if isinstance(fit, KaplanFit):
-        out = {"conventions": fit.conventions, "skipped_parts": dict(fit.skipped)}
-        for key, law in (("N_c", fit.l_of_n), ("D_c", fit.l_of_d), ("C_c", fit.l_of_c)):
-            if law is not None:
-                out[key] = law.x_c
-        if fit.n_opt is not None:
-            out["n_opt_coefficient"] = fit.n_opt.coefficient
-        if fit.joint is not None:
-            j = fit.joint
-            out["joint"] = {"alpha_N": j.alpha_N, "alpha_D": j.alpha_D, "N_c": j.N_c,
-                            "D_c": j.D_c, "rmse_log": j.rmse_log}
-        return out
-    return {}
-
-
-def estimate_to_json(est: Estimate | Skipped) -> dict[str, Any]:
+def estimate_to_json(name: str, est: Estimate | Skipped) -> dict[str, Any]:
+    """One approach of the table of fits: its point statistics, the fields its entry adds
+    (``FitSpec.json_fields``), its intervals and how its bootstrap went."""
     if not hasattr(est, "fit"):
         return {"status": "skipped", "reason": est.reason}
-    out: dict[str, Any] = {"status": "ok", **est.point, **_fit_fields(est.fit)}
+    out: dict[str, Any] = {"status": "ok", **est.point, **FITS[name].json_fields(est.fit)}
     out["ci95"] = {name: iv.as_list() for name, iv in est.intervals.items()}
     if est.bootstrap is not None:
         out["bootstrap"] = {"resamples": est.bootstrap.n_resamples,
@@ -177,7 +147,7 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
         "conventions": dict(result.conventions),
         "reference_flops": result.reference_flops,
         "bootstrap": {"resamples": result.n_resamples, "seed": result.seed},
-        "approaches": {name: estimate_to_json(est)
+        "approaches": {name: estimate_to_json(name, est)
                        for name, est in result.approaches().items()},
         "comparison": [row.to_json_dict() for row in result.comparison],
         "extrapolation": extrapolation,

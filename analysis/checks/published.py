@@ -1,4 +1,5 @@
-"""The documented results our estimates are compared with (../shared/DESIGN.md).
+"""The documented results our estimates are compared with (the papers below; docs/analysis.md,
+"Reproducing Besiroglu et al. (2024)", for the numbers this repository reproduces).
 
 Sources:
   Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (arXiv:2001.08361):

@@ -27,6 +27,7 @@ from analysis.reporting.checks import (
 )
 from analysis.reporting.document import Block, Bullets, Code, Figure, Heading, Paragraph, Table
 from analysis.reporting.figures import CHINCHILLA_A, KAPLAN_A, Drawn
+from analysis.reporting.other_fits import other_fits_section
 from analysis.reporting.samples import Sample
 from analysis.runs.table import RunsTable
 from analysis.text import fmt, fmt_interval
@@ -453,7 +454,8 @@ def build(result: Analysis, ri: ReportInput) -> list[Block]:
     ]
     return (header + isoflop_section(result, ri) + frontier_section(result, ri)
             + allocation_section(result, ri) + kaplan_section(result, ri)
-            + approach3_section(result, ri) + noise_section(result)
+            + approach3_section(result, ri) + other_fits_section(result.fits)
+            + noise_section(result)
             + extrapolation_section(result, ri) + holdout_section(result)
             + conventions_section(result) + schedules_section(result)
             + comparison_section(result) + runs_section(ri, result.selection.schedule)

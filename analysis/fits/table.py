@@ -30,6 +30,7 @@ from analysis.fits.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput, FitSpec, estimate
 
+__all__ = ["FITS", "FitInput", "FitSpec", "estimate", "register"]
 FitT = TypeVar("FitT")
 
 
@@ -124,12 +125,12 @@ def _approach3_fields(fit: Approach3Fit) -> dict[str, Any]:
             "huber_delta": fit.delta}
 
 
-register(FitSpec("kaplan", "Kaplan et al. 2020 laws", _run_kaplan, _kaplan_fields, True))
+# The built-in approaches; each has sections and figures of its own in the report.
+register(FitSpec("kaplan", "Kaplan et al. 2020 laws", _run_kaplan, _kaplan_fields,
+                 own_report_sections=True))
 register(FitSpec("1", "Chinchilla Approach 1 (envelope)", _run_approach1, _allocation_fields,
-                 True))
+                 own_report_sections=True))
 register(FitSpec("2", "Chinchilla Approach 2 (IsoFLOP parabolas)", _run_approach2,
-                 _allocation_fields, True))
+                 _allocation_fields, own_report_sections=True))
 register(FitSpec("3", "Chinchilla Approach 3 (L = E + A/N^α + B/D^β)", _run_approach3,
-                 _approach3_fields, True))
-
-__all__ = ["FITS", "FitInput", "FitSpec", "estimate", "register"]
+                 _approach3_fields, own_report_sections=True))

@@ -223,9 +223,9 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
     class Loaded:
         runs = table
 
-    monkeypatch.setattr("analysis.runs.load.load_sweep", lambda *a, **k: Loaded)
+    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
     # Synthetic runs carry no planned run_id: keep them all (restrict_to_plan is tested below).
-    monkeypatch.setattr("analysis.runs.planned.restrict_to_plan", lambda runs, _file: runs)
+    monkeypatch.setattr("analysis.planned.restrict_to_plan", lambda runs, _file: runs)
     doc = _iso(budgets=[1e10, 3e10, 1e11, 3e11], holdout={"budgets": [1e12], "count": 1},
                replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
@@ -247,7 +247,7 @@ def test_a_sweep_file_broken_before_the_holdout_is_a_holdout_error(
     class Loaded:
         runs = runs_from_arrays([1e3, 2e3], [1e6, 1e6], [2.0, 2.1], budget=[1e10, 1e10])
 
-    monkeypatch.setattr("analysis.runs.load.load_sweep", lambda *a, **k: Loaded)
+    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
     doc = _iso(replicates=None)
     path = _write(tmp_path, doc)
     cfg = load_sweep(path)

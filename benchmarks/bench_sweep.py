@@ -74,7 +74,8 @@ def mib(kb: float) -> str:
 def loop_worker(budget: float) -> dict:
     import numpy as np
 
-    from pipeline.train import NullTracker, load_data, train
+    from pipeline.data import load_data
+    from pipeline.train import NullTracker, train
 
     cfg, p = plan(budget)
     data = load_data(p.specs[0].data)  # the cache is built (by the parent): this only maps it
@@ -106,8 +107,8 @@ def sweep_worker(budget: float, root: str) -> dict:
 
     import pipeline.sweep as sweep
     import pipeline.tracking as tracking
+    from pipeline.data import load_data
     from pipeline.tracking import default_tracking_uri
-    from pipeline.train import load_data
 
     cfg, p = plan(budget)
     data = load_data(p.specs[0].data)
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
               f"default recipe (8 evals + final, 8 eval batches); RAY_TMPDIR="
               f"{os.environ['RAY_TMPDIR']}, MLFLOW_TRACKING_URI="
               f"{os.environ['MLFLOW_TRACKING_URI']}")
-        from pipeline.train import load_data
+        from pipeline.data import load_data
 
         t = time.perf_counter()
         load_data(pl.specs[0].data)  # build the token cache once, untimed (as the driver does)

@@ -49,6 +49,8 @@ from pipeline.tokenizers import (
 if TYPE_CHECKING:  # torch is imported where batches are made: preparing data never needs it
     import torch
 
+    from pipeline.spec import DataSpec
+
 CACHE_ENV = "SCALING_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/scaling-pipeline"
 # Bump when the cache layout or the split rule changes: old entries then simply miss.
@@ -629,6 +631,14 @@ def _file_sha256(path: Path) -> str:
 
 
 # --- batches -------------------------------------------------------------------------------
+
+
+def load_data(d: DataSpec, cache_dir: str | None = None) -> TokenData:
+    """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped)."""
+    return prepare_data(DataConfig(
+        corpus=d.corpus, tokenizer=d.tokenizer, bpe_vocab_size=d.bpe_vocab_size,
+        val_fraction=d.val_fraction, max_bytes=d.max_bytes, cache_dir=cache_dir,
+    ))
 
 
 def get_batch(

@@ -3,7 +3,7 @@
 This module is pure Python (no torch): the planner, the FLOP accounting and the analysis
 all need shapes without building a model.
 
-Families (see ../shared/DESIGN.md):
+Families (docs/sweeps.md, "shape"; Radford et al. 2019 and Touvron et al. 2023):
   gpt    pre-norm LayerNorm, fused QKV with biases, learned positions, GELU MLP 4x,
          tied input/output embeddings (GPT-2 / nanoGPT).
   llama  RMSNorm, rotary positions, SwiGLU MLP (hidden = 2/3 * 4d rounded up to a multiple),
@@ -238,62 +238,3 @@ def shape_for_size(
 def with_overrides(cfg: ModelConfig, **changes: object) -> ModelConfig:
     """A copy with some fields changed, re-validated."""
     return replace(cfg, **changes)
-
-
-def nearest_shape(
-    family: str,
-    target_params: float,
-    rule: ShapeRule,
-    *,
-    vocab_size: int,
-    seq_len: int,
-    convention: Literal["total", "non_embedding"] = "total",
-) -> ModelConfig:
-    """The rule's shape whose parameter count is closest to target_params in log space.
-
-    Why log space: scaling sweeps space sizes geometrically, so 2x too big and 2x too small
-    are equally far. Depths 1..rule.max_depth are scanned (the count grows with depth); a tie
-    goes to the smaller depth. ``convention`` picks N: "total" (all parameters, Chinchilla)
-    or "non_embedding" (Kaplan). Raises ShapeError when the target is outside what the rule
-    can make: more than 2x below the depth-1 count, or above the max-depth count.
-    """
-    import numbers
-
-    from pipeline.flops import params_non_embedding, params_total  # flops never imports us
-
-    counters = {"total": params_total, "non_embedding": params_non_embedding}
-    if convention not in counters:
-        raise ShapeError(
-            f"unknown parameter convention {convention!r}; known: {', '.join(counters)}"
-        )
-    is_number = isinstance(target_params, numbers.Real) and not isinstance(target_params, bool)
-    if not (is_number and math.isfinite(target_params) and target_params > 0):
-        raise ShapeError(f"target_params must be a finite number > 0, got {target_params!r}")
-    count = counters[convention]
-    shapes = []
-    top = rule.max_width if rule.knob == "width" else rule.max_depth
-    for size in range(1, top + 1):
-        try:
-            shapes.append(
-                shape_for_size(family, size, rule, vocab_size=vocab_size, seq_len=seq_len)
-            )
-        except ShapeError:
-            break  # width beyond max_depth: the rule ends here
-    counts = [count(cfg) for cfg in shapes]
-    if target_params < counts[0] / 2:
-        raise ShapeError(
-            f"target_params={target_params:g} is more than 2x below the smallest {family} shape "
-            f"({rule.knob} 1: {counts[0]} {convention} params)"
-        )
-    if target_params > counts[-1]:
-        raise ShapeError(
-            f"target_params={target_params:g} is above the largest {family} shape "
-            f"(max_depth={rule.max_depth}, max_width={rule.max_width}: {counts[-1]} "
-            f"{convention} params); raise max_depth or max_width"
-        )
-    log_target = math.log(target_params)
-    best = min(
-        range(len(shapes)),
-        key=lambda i: (abs(math.log(counts[i]) - log_target), i),
-    )
-    return shapes[best]

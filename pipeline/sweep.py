@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     vocab = vocab_size_for(cfg)
     if vocab is None:  # chars: the vocabulary depends on the corpus
-        from pipeline.train import load_data
+        from pipeline.data import load_data
 
         vocab = _data_for(cfg, args.sweep_file, load_data).vocab_size
     plan = expand(cfg, args.sweep_file, vocab)
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_plan(cfg, plan, None, slots)
-    from pipeline.train import load_data
+    from pipeline.data import load_data
 
     data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
     t0 = time.monotonic()

@@ -11,7 +11,7 @@ MLflow one; NullTracker here records nothing). The recipe:
   6. checkpoints every checkpoint_interval steps and at the end; resume continues from one
   7. a non-finite loss ends the run with status "diverged" at the step it happened
 
-CLI: python -m pipeline.train --family gpt --n-layer 2 --d-model 64 --tokens 2e6
+CLI (pipeline/train/cli.py): python -m pipeline.train --family gpt --n-layer 2 --d-model 64 --tokens 2e6
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Protocol
 import torch
 
 from pipeline import checkpoint, flops, keys
-from pipeline.data import DataConfig, TokenData, eval_batches, get_batch, prepare_data
+from pipeline.data import TokenData, eval_batches, get_batch, load_data  # load_data: re-exported
 from pipeline.model import Transformer
-from pipeline.spec import DataSpec, RunSpec, branch_folder
+from pipeline.spec import RunSpec, branch_folder
 
 
 class Tracker(Protocol):
@@ -157,14 +157,6 @@ def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:
         raise ValueError(f"run {spec.run_id}: the trunk state in {branch_dir} is at step "
                          f"{state['step']}, the branch starts at {spec.exec.branch_step}")
     return state
-
-
-def load_data(d: DataSpec, cache_dir: str | None = None) -> TokenData:
-    """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped)."""
-    return prepare_data(DataConfig(
-        corpus=d.corpus, tokenizer=d.tokenizer, bpe_vocab_size=d.bpe_vocab_size,
-        val_fraction=d.val_fraction, max_bytes=d.max_bytes, cache_dir=cache_dir,
-    ))
 
 
 def train(
@@ -338,78 +330,3 @@ def train(
             summary[key] = value
     tracker.log_summary(summary)
     return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Single-run CLI: train one model on the default corpus and log it to MLflow."""
-    import argparse
-    import json
-
-    from pipeline.families import make_config
-    from pipeline.spec import ExecSpec, TrainSpec
-
-    p = argparse.ArgumentParser(prog="python -m pipeline.train", description=main.__doc__)
-    p.add_argument("--family", choices=["gpt", "llama"], default="gpt")
-    p.add_argument("--n-layer", type=int, default=2)
-    p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--head-dim", type=int, default=16)
-    p.add_argument("--tokens", type=float, default=2e6, help="training tokens D (default 2e6)")
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of steps")
-    p.add_argument("--schedule", choices=["cosine", "wsd", "constant"], default="cosine")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--corpus", default="stdlib")
-    p.add_argument("--tokenizer", default="bytes", choices=["bytes", "chars", "bpe"])
-    p.add_argument("--device", default="auto")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
-    p.add_argument("--experiment", default="single-runs", help="MLflow experiment name")
-    p.add_argument("--checkpoint-dir", default="checkpoints")
-    p.add_argument("--checkpoint-interval", type=int, default=0)
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="continue from the run's latest checkpoint if there is one")
-    args = p.parse_args(argv)
-
-    from pipeline.tracking import Ledger, default_tracking_uri
-    from pipeline.trial import execute_trial
-
-    data_spec = DataSpec(corpus=args.corpus, tokenizer=args.tokenizer)
-    data = load_data(data_spec)  # builds the token cache once; the trial reloads it from disk
-    cfg = make_config(args.family, args.n_layer, args.d_model, vocab_size=data.vocab_size,
-                      seq_len=args.seq_len, head_dim=args.head_dim)
-    steps = max(1, round(args.tokens / (args.batch_size * args.seq_len)))
-    warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
-    spec = RunSpec(
-        sweep=args.experiment, model=cfg, data=data_spec,
-        train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
-                        schedule=args.schedule, seed=args.seed, precision=args.precision),
-        steps=steps,
-        exec=ExecSpec(threads=args.threads, device=args.device,
-                      checkpoint_interval=args.checkpoint_interval),
-    )
-    uri = default_tracking_uri()
-    ledger = Ledger(uri, args.experiment)
-    existing = ledger.trials().get(spec.run_id)
-    if existing is not None and existing.status == keys.STATUS_FINISHED:
-        print(f"run {spec.run_id} already finished in experiment {args.experiment!r} ({uri}); "
-              "nothing to do")
-        return 0
-    record = existing or ledger.create_trial(spec, parent_run_id=None)
-    print(f"run {spec.run_id}: {cfg.family} n_layer={cfg.n_layer} d_model={cfg.d_model} "
-          f"N={flops.params_total(cfg):,} (non-emb {flops.params_non_embedding(cfg):,}) "
-          f"D={spec.tokens:,} tokens in {steps} steps; tracking at {uri}")
-    ckpt = str(Path(args.checkpoint_dir).resolve() / args.experiment / spec.run_id)
-    if not args.resume and Path(ckpt).exists():
-        import shutil
-
-        print(f"--no-resume: removing the run's checkpoints in {ckpt}; training from scratch")
-        shutil.rmtree(ckpt)
-    out = execute_trial(spec, uri, record.mlflow_run_id, ckpt)
-    print(json.dumps(out, indent=2, default=str))
-    return 0 if out["status"] == keys.STATUS_FINISHED else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

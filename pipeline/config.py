@@ -24,10 +24,10 @@ from __future__ import annotations
 import datetime
 import difflib
 import glob
-import math
 import os
 import re
 import reprlib
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -38,6 +38,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.reader import ReaderError
 
 from pipeline.flops import CONVENTIONS
+from pipeline.recipe import ScalingRecipe
 
 MAX_FILE_BYTES = 1_000_000
 """A sweep file is a page of YAML; anything larger is a mistake (or an attack)."""
@@ -373,13 +374,13 @@ class TrainSection(Strict):
                         "(batch_rule_steps is set)", self.wsd_reuse))
         return out
 
+    def scaling_recipe(self) -> ScalingRecipe:
+        """The rules this section's numbers feed (pipeline/recipe.py)."""
+        return ScalingRecipe(**{f.name: getattr(self, f.name) for f in fields(ScalingRecipe)})
+
     def batch_for(self, tokens: float, seq_len: int) -> int:
-        """Sequences per step of a run of `tokens` tokens (batch_rule_steps, or batch_size)."""
-        if self.batch_rule_steps is None:
-            return self.batch_size
-        ideal = tokens / (seq_len * self.batch_rule_steps)
-        batch = 2 ** round(math.log2(ideal)) if ideal > 0 else 1
-        return min(max(batch, self.batch_min), self.batch_max)
+        """Sequences per step of a run of `tokens` tokens (ScalingRecipe.batch_for)."""
+        return self.scaling_recipe().batch_for(tokens, seq_len)
 
     def schedule_list(self) -> list[str]:
         return list(self.schedules) if self.schedules is not None else [self.schedule]

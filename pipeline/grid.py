@@ -141,24 +141,17 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
 
 def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, seed: int,
                 base_lr: float, schedule: str, warmup_of: int) -> TrainSpec:
-    """The recipe of one run; warmup is warmup_fraction of `warmup_of` steps (its own, or
-    the longest run's for WSD runs sharing a trunk)."""
+    """The recipe of one run (pipeline/recipe.py's rules); warmup follows `warmup_of` steps
+    (its own, or the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
-    lr = base_lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
-    # A batch rule (TrainSection.batch_for) scales the LR with the batch; at the reference
-    # batch the factor is exactly 1, so those runs keep the run_id of a fixed-batch sweep.
-    lr *= (batch / t.batch_size) ** t.lr_batch_exponent
-    # The same evaluation sequences at every batch: eval_batches * batch_size of them.
-    eval_batches = t.eval_batches * t.batch_size // batch
-    warmup = int(t.warmup_fraction * warmup_of)
-    if t.warmup_min_steps:  # a floor for short runs, never above a fifth of the run
-        warmup = max(warmup, min(t.warmup_min_steps, warmup_of // 5))
+    recipe = t.scaling_recipe()
     return TrainSpec(
-        batch_size=batch, lr=lr, min_lr_ratio=t.min_lr_ratio,
-        warmup_steps=warmup, schedule=schedule,
+        batch_size=batch, lr=recipe.peak_lr(base_lr, model.d_model, batch),
+        min_lr_ratio=t.min_lr_ratio, warmup_steps=recipe.warmup_steps(warmup_of),
+        schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
-        eval_batches=eval_batches, precision=t.precision,
+        eval_batches=recipe.eval_batches(t.eval_batches, batch), precision=t.precision,
     )
 
 

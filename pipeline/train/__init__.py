@@ -29,6 +29,7 @@ import torch
 from pipeline import checkpoint, flops, keys
 from pipeline.data import TokenData, eval_batches, get_batch, load_data  # load_data: re-exported
 from pipeline.model import Transformer
+from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
 
 
@@ -85,26 +86,6 @@ def pick_device(name: str) -> torch.device:
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
-
-
-def lr_at(step: int, spec: RunSpec) -> float:
-    """Learning rate for optimizer step `step` (0-based) of a run of spec.steps steps."""
-    t, n = spec.train, spec.steps
-    peak, floor = t.lr, t.lr * t.min_lr_ratio
-    if step < t.warmup_steps:
-        return peak * (step + 1) / t.warmup_steps
-    if t.schedule == "constant":
-        return peak
-    if t.schedule == "wsd":
-        decay_start = t.decay_start(n)
-        if step < decay_start:
-            return peak
-        frac = (step - decay_start + 1) / max(1, n - decay_start)
-        return peak + (floor - peak) * frac
-    # cosine from the end of warmup to the last step, landing exactly on floor at step n-1
-    span = max(1, n - 1 - t.warmup_steps)
-    frac = min(1.0, (step - t.warmup_steps) / span)
-    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * frac))
 
 
 def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) -> torch.optim.AdamW:

@@ -37,6 +37,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.reader import ReaderError
 
+from pipeline.families import FamilyName
 from pipeline.flops import CONVENTIONS
 from pipeline.recipe import ScalingRecipe
 
@@ -571,7 +572,7 @@ class SweepConfig(Strict):
     """Sweep name = MLflow experiment name = reports/<name>/: letters, digits, _ . -"""
     description: str = ""
     kind: Literal["isoflop", "grid", "runs"]
-    family: Literal["gpt", "llama"] = "gpt"
+    family: FamilyName = "gpt"
     shape: ShapeSection = ShapeSection()
     data: DataSection = DataSection()
     train: TrainSection = TrainSection()

@@ -27,11 +27,9 @@ which moves N by ~1.3-1.7x per step while keeping the aspect ratio close to the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
-
-FamilyName = Literal["gpt", "llama"]
-FAMILIES: tuple[str, ...] = ("gpt", "llama")
 
 
 class ShapeError(ValueError):
@@ -181,13 +179,29 @@ def make_config(
         if d_model % head_dim:
             raise ShapeError(f"d_model={d_model} is not divisible by head_dim={head_dim}")
         n_heads = d_model // head_dim
-    if family == "gpt":
-        return ModelConfig(
-            family="gpt", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
-            d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads if n_kv_heads is None else n_kv_heads,
-            d_ff=4 * d_model if d_ff is None else d_ff, norm="layernorm", pos="learned",
-            mlp="gelu", tied_embeddings=True, bias=True, dropout=dropout, causal=causal,
-        )
+    return FAMILY_BUILDERS[family](
+        n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff,
+        vocab_size=vocab_size, seq_len=seq_len, gqa_ratio=gqa_ratio, ffn_multiple=ffn_multiple,
+        dropout=dropout, causal=causal,
+    )
+
+
+def _gpt(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d_ff: int | None,
+         vocab_size: int, seq_len: int, gqa_ratio: int, ffn_multiple: int, dropout: float,
+         causal: bool) -> ModelConfig:
+    """GPT-2 / nanoGPT: LayerNorm, learned positions, GELU MLP 4x, biases, tied head."""
+    return ModelConfig(
+        family="gpt", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
+        d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads if n_kv_heads is None else n_kv_heads,
+        d_ff=4 * d_model if d_ff is None else d_ff, norm="layernorm", pos="learned",
+        mlp="gelu", tied_embeddings=True, bias=True, dropout=dropout, causal=causal,
+    )
+
+
+def _llama(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None,
+           d_ff: int | None, vocab_size: int, seq_len: int, gqa_ratio: int, ffn_multiple: int,
+           dropout: float, causal: bool) -> ModelConfig:
+    """LLaMA: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases, untied."""
     return ModelConfig(
         family="llama", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
         d_model=d_model, n_heads=n_heads,
@@ -197,6 +211,16 @@ def make_config(
         dropout=dropout, causal=causal,
     )
 
+
+FAMILY_BUILDERS: dict[str, Callable[..., ModelConfig]] = {"gpt": _gpt, "llama": _llama}
+"""The family registry (as torchtitan's model_registry, litgpt's name_to_config): name -> the
+builder of its shapes from (n_layer, d_model) and the rule's knobs. The sweep schema's family
+type (pipeline.config), the CLI's --family choices and make_config all read it: a new family
+is one builder added here (and its layers in pipeline.model)."""
+FAMILIES: tuple[str, ...] = tuple(FAMILY_BUILDERS)
+"""The registry's names, in order (error messages, tests, --family choices)."""
+FamilyName = Literal[FAMILIES]  # type: ignore[valid-type]
+"""The sweep schema's family type: a Literal of the registry's names."""
 
 def shape_for_depth(
     family: str, depth: int, rule: ShapeRule, *, vocab_size: int, seq_len: int

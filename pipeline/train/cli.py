@@ -14,16 +14,18 @@ from pathlib import Path
 
 from pipeline import flops, keys
 from pipeline.data import load_data
-from pipeline.families import make_config
+from pipeline.families import FAMILIES, make_config
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.tracking import Ledger, default_tracking_uri
 from pipeline.trial import execute_trial
 
+DESCRIPTION = "Single-run CLI: train one model on the default corpus and log it to MLflow."
 
-def main(argv: list[str] | None = None) -> int:
-    """Single-run CLI: train one model on the default corpus and log it to MLflow."""
-    p = argparse.ArgumentParser(prog="python -m pipeline.train", description=main.__doc__)
-    p.add_argument("--family", choices=["gpt", "llama"], default="gpt")
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's options; --family offers the family registry's names."""
+    p = argparse.ArgumentParser(prog="python -m pipeline.train", description=DESCRIPTION)
+    p.add_argument("--family", choices=FAMILIES, default="gpt")
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--head-dim", type=int, default=16)
@@ -44,15 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-interval", type=int, default=0)
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from the run's latest checkpoint if there is one")
-    args = p.parse_args(argv)
+    return p
 
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    """The run the options describe (builds the token cache once; the trial reloads it)."""
     data_spec = DataSpec(corpus=args.corpus, tokenizer=args.tokenizer)
-    data = load_data(data_spec)  # builds the token cache once; the trial reloads it from disk
+    data = load_data(data_spec)
     cfg = make_config(args.family, args.n_layer, args.d_model, vocab_size=data.vocab_size,
                       seq_len=args.seq_len, head_dim=args.head_dim)
     steps = max(1, round(args.tokens / (args.batch_size * args.seq_len)))
     warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
-    spec = RunSpec(
+    return RunSpec(
         sweep=args.experiment, model=cfg, data=data_spec,
         train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
                         schedule=args.schedule, seed=args.seed, precision=args.precision),
@@ -60,6 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         exec=ExecSpec(threads=args.threads, device=args.device,
                       checkpoint_interval=args.checkpoint_interval),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Single-run CLI: train one model on the default corpus and log it to MLflow."""
+    args = build_parser().parse_args(argv)
+    spec = spec_from_args(args)
+    cfg, steps = spec.model, spec.steps
     uri = default_tracking_uri()
     ledger = Ledger(uri, args.experiment)
     existing = ledger.trials().get(spec.run_id)

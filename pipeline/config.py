@@ -40,6 +40,7 @@ from yaml.reader import ReaderError
 from pipeline.families import FamilyName
 from pipeline.flops import CONVENTIONS
 from pipeline.recipe import ScalingRecipe
+from pipeline.spec import DataSpec
 
 MAX_FILE_BYTES = 1_000_000
 """A sweep file is a page of YAML; anything larger is a mistake (or an attack)."""
@@ -234,20 +235,23 @@ class ShapeSection(Strict):
 _HF_SPEC = re.compile(r"hf:[^:]+(?::[^:]*){0,2}")  # as pipeline.data._parse_hf_spec reads it
 
 
+_DATA_DEFAULTS = DataSpec()  # the one source of the data settings' defaults
+
+
 class DataSection(Strict):
-    corpus: str = "stdlib"
+    corpus: str = _DATA_DEFAULTS.corpus
     """"stdlib" (the interpreter's standard library sources), a text file, directory or glob
     (relative to the sweep file; "path:" prefix optional, needed for a file named "stdlib"),
     or "hf:<dataset>[:<split>][:<field>]"."""
-    tokenizer: Literal["bytes", "chars", "bpe"] = "bytes"
+    tokenizer: Literal["bytes", "chars", "bpe"] = _DATA_DEFAULTS.tokenizer  # type: ignore[assignment]
     """Tokenizer; bytes has vocabulary 256."""
-    bpe_vocab_size: Annotated[int, Field(ge=260, le=65535)] = 1024
+    bpe_vocab_size: Annotated[int, Field(ge=260, le=65535)] = _DATA_DEFAULTS.bpe_vocab_size
     """Vocabulary size of the BPE tokenizer (only with tokenizer: bpe)."""
     seq_len: Annotated[int, Field(ge=2, le=65536)] = 128
     """Context length in tokens."""
-    val_fraction: Annotated[float, Field(gt=0, lt=0.5)] = 0.05
+    val_fraction: Annotated[float, Field(gt=0, lt=0.5)] = _DATA_DEFAULTS.val_fraction
     """Fraction of documents held out for validation."""
-    max_bytes: PosInt | None = None
+    max_bytes: PosInt | None = _DATA_DEFAULTS.max_bytes
     """Optional cap on the corpus size in bytes (for quick trials)."""
 
     @model_validator(mode="after")

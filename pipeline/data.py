@@ -31,12 +31,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
+from pipeline.spec import DataSpec
 from pipeline.tokenizers import (
     BPE_MIN_VOCAB,
     TOKENIZER_NAMES,
@@ -49,7 +50,6 @@ from pipeline.tokenizers import (
 if TYPE_CHECKING:  # torch is imported where batches are made: preparing data never needs it
     import torch
 
-    from pipeline.spec import DataSpec
 
 CACHE_ENV = "SCALING_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/scaling-pipeline"
@@ -69,21 +69,10 @@ class DataError(ValueError):
 
 
 @dataclass(frozen=True)
-class DataConfig:
-    """What to train on and how to tokenise it; part of every RunSpec, so it is frozen."""
+class DataConfig(DataSpec):
+    """A DataSpec (the fields and defaults, part of every run_id) plus where the token cache
+    lives (not part of the run_id), validated on construction."""
 
-    corpus: str = "stdlib"
-    """"stdlib" | a file, directory or glob (optionally prefixed "path:") |
-    "hf:<dataset>[:<split>][:<text_field>]" (split defaults to train, field to text)."""
-    tokenizer: str = "bytes"
-    """"bytes" (vocab 256) | "chars" (train-split characters + <unk>) | "bpe" (byte-level)."""
-    bpe_vocab_size: int = 1024
-    """Vocabulary of the BPE tokenizer (>= 257); ignored by the other tokenizers."""
-    val_fraction: float = 0.05
-    """Share of corpus bytes held out for validation, in whole documents (at least one)."""
-    max_bytes: int | None = None
-    """Cap on corpus UTF-8 bytes: documents are taken in sorted order while they fit. For
-    quick tests, and required in practice for large streamed HF datasets."""
     cache_dir: str | None = None
     """Token cache folder; default $SCALING_CACHE_DIR, else ~/.cache/scaling-pipeline."""
 
@@ -635,10 +624,7 @@ def _file_sha256(path: Path) -> str:
 
 def load_data(d: DataSpec, cache_dir: str | None = None) -> TokenData:
     """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped)."""
-    return prepare_data(DataConfig(
-        corpus=d.corpus, tokenizer=d.tokenizer, bpe_vocab_size=d.bpe_vocab_size,
-        val_fraction=d.val_fraction, max_bytes=d.max_bytes, cache_dir=cache_dir,
-    ))
+    return prepare_data(DataConfig(**asdict(d), cache_dir=cache_dir))
 
 
 def get_batch(

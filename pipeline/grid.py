@@ -15,7 +15,7 @@ import itertools
 import math
 import numbers
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -58,9 +58,8 @@ def vocab_size_for(cfg: SweepConfig) -> int | None:
 def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
     """The sweep's data section, with a relative corpus path resolved against the sweep file."""
     d = cfg.data
-    return DataSpec(corpus=resolve_corpus(d.corpus, Path(sweep_path)), tokenizer=d.tokenizer,
-                    bpe_vocab_size=d.bpe_vocab_size, val_fraction=d.val_fraction,
-                    max_bytes=d.max_bytes)
+    settings = {f.name: getattr(d, f.name) for f in fields(DataSpec)}
+    return DataSpec(**{**settings, "corpus": resolve_corpus(d.corpus, Path(sweep_path))})
 
 
 def _rule(cfg: SweepConfig) -> ShapeRule:

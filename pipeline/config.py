@@ -232,7 +232,7 @@ class ShapeSection(Strict):
         return self
 
 
-_HF_SPEC = re.compile(r"hf:[^:]+(?::[^:]*){0,2}")  # as pipeline.data._parse_hf_spec reads it
+_HF_SPEC = re.compile(r"hf:[^:]+(?::[^:]*){0,2}")  # as pipeline.data.settings._parse_hf_spec reads it
 
 
 _DATA_DEFAULTS = DataSpec()  # the one source of the data settings' defaults

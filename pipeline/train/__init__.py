@@ -140,6 +140,132 @@ def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:
     return state
 
 
+@dataclass
+class _Run:
+    """One run's training state, and the two things done with it along the way: record an
+    evaluation (curve + tracker) and save a checkpoint."""
+
+    spec: RunSpec
+    tracker: Tracker
+    model: Transformer
+    optimizer: torch.optim.AdamW
+    device: torch.device
+    evals: list
+    bytes_per_token: float
+    checkpoint_dir: str | Path | None
+    curve: dict[str, list[float]] = field(
+        default_factory=lambda: {"step": [], "tokens": [], "val_loss": []})
+    last_train_loss: float = math.nan
+    wall_before: float = 0.0
+    """Wall seconds of the attempts before this one (from the checkpoint resumed)."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.spec.train.batch_size * self.spec.model.seq_len
+
+    def save_checkpoint(self, step: int, wall: float, folder: str | Path | None = None) -> None:
+        folder = self.checkpoint_dir if folder is None else folder
+        if folder is None:
+            return
+        checkpoint.save(folder, step, {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(), "step": step, "curve": self.curve, "wall_s": wall,
+            "train_loss": self.last_train_loss, "run_id": self.spec.run_id,
+        })
+
+    def record_eval(self, step: int) -> float:
+        val = evaluate(self.model, self.evals, self.spec, self.device)
+        self.curve["step"].append(step)
+        self.curve["tokens"].append(step * self.tokens_per_step)
+        self.curve["val_loss"].append(val)
+        self.tracker.log_metrics({
+            keys.VAL_LOSS: val, keys.VAL_BPB: val / math.log(2) * (1 / self.bytes_per_token),
+            keys.TOKENS: step * self.tokens_per_step,
+        }, step)
+        return val
+
+    def restore(self, resume: bool, branch_dir: str | Path | None) -> int | None:
+        """Load the newest checkpoint (resume), else a WSD branch's trunk state; returns its
+        step (None: nothing to load) and sets curve, train loss and wall_before."""
+        state = None
+        if resume and self.checkpoint_dir is not None:
+            # Loaded on the CPU: torch.set_rng_state needs a CPU tensor (a CUDA map_location
+            # broke resuming on GPUs); load_state_dict moves model and optimizer state over.
+            state = checkpoint.load_latest(self.checkpoint_dir, map_location="cpu")
+        if state is None and branch_dir is not None:
+            state = _branch_state(branch_dir, self.spec)  # a WSD branch starts from its trunk
+        if state is None:
+            return None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.curve = {k: list(v) for k, v in state["curve"].items()}
+        self.last_train_loss = float(state.get("train_loss", math.nan))
+        self.wall_before = float(state["wall_s"])
+        return int(state["step"])
+
+
+def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> TokenData:
+    """The run's tokens (loaded if not handed in), checked against the model's vocabulary,
+    their fingerprints tagged (provenance: exactly which tokens this run saw)."""
+    data = data or load_data(spec.data)
+    if data.vocab_size != spec.model.vocab_size:
+        raise ValueError(
+            f"model vocab_size={spec.model.vocab_size} does not match the tokenizer's "
+            f"{data.vocab_size} ({spec.data.tokenizer})"
+        )
+    tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
+                      keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
+    return data
+
+
+def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor, float]:
+    """One optimizer step at the schedule's LR; returns the (device) loss and the LR."""
+    spec, t, model, optimizer = run.spec, run.spec.train, run.model, run.optimizer
+    lr = lr_at(step, spec)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device)
+    with _autocast(spec, run.device):
+        _, loss = model(x, y)
+    loss.backward()
+    if t.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip, foreach=True)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, lr
+
+
+def _result(run: _Run, steps_done: int, wall: float, resumed_from: int | None) -> RunResult:
+    """The run's counts after steps_done steps (losses of the final eval are added after)."""
+    cfg, tokens = run.spec.model, steps_done * run.tokens_per_step
+    return RunResult(
+        run_id=run.spec.run_id, status=keys.STATUS_FINISHED, steps=steps_done, tokens=tokens,
+        params_total=flops.params_total(cfg), params_non_embedding=flops.params_non_embedding(cfg),
+        flops={c: flops.flops_per_token(cfg, c) * tokens for c in flops.CONVENTIONS},
+        final_train_loss=run.last_train_loss, wall_s=wall, resumed_from=resumed_from,
+        # Over the attempt chain (as wall_s): a resume from the final checkpoint trains 0 steps.
+        tokens_per_s=tokens / max(wall, 1e-9),
+    )
+
+
+def _log_summary(tracker: Tracker, result: RunResult) -> None:
+    """The run's final numbers as MLflow summary metrics (non-finite losses left out)."""
+    summary = {
+        keys.FINAL_TOKENS: result.tokens, keys.FINAL_STEPS: result.steps,
+        keys.FINAL_WALL_S: result.wall_s, keys.FINAL_TOKENS_PER_S: result.tokens_per_s,
+        keys.PARAMS_TOTAL: result.params_total,
+        keys.PARAMS_NON_EMBEDDING: result.params_non_embedding,
+        **{keys.flops_key(c): v for c, v in result.flops.items()},
+    }
+    for key, value in ((keys.FINAL_VAL_LOSS, result.final_val_loss),
+                       (keys.FINAL_VAL_BPB, result.final_val_bpb),
+                       (keys.FINAL_TRAIN_LOSS, result.final_train_loss)):
+        if math.isfinite(value):
+            summary[key] = value
+    tracker.log_summary(summary)
+
+
 def train(
     spec: RunSpec,
     tracker: Tracker | None = None,
@@ -163,65 +289,19 @@ def train(
     t, cfg = spec.train, spec.model
     torch.set_num_threads(spec.exec.threads)
     device = pick_device(spec.exec.device)
-    data = data or load_data(spec.data)
-    if data.vocab_size != cfg.vocab_size:
-        raise ValueError(
-            f"model vocab_size={cfg.vocab_size} does not match the tokenizer's "
-            f"{data.vocab_size} ({spec.data.tokenizer})"
-        )
-    # Provenance: exactly which tokens this run saw.
-    tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
-                      keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
+    data = _checked_data(spec, data, tracker)
     torch.manual_seed(t.seed)
     model = Transformer(cfg).to(device)
-    optimizer = make_optimizer(model, spec, device)
-    n_total, n_non_emb = flops.params_total(cfg), flops.params_non_embedding(cfg)
-    flops_per_token = {c: flops.flops_per_token(cfg, c) for c in flops.CONVENTIONS}
-    tokens_per_step = t.batch_size * cfg.seq_len
-    bytes_per_token = data.bytes_per_token("val")
-    evals = eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches, device=device)
+    run = _Run(spec, tracker, model, make_optimizer(model, spec, device), device,
+               evals=eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches,
+                                  device=device),
+               bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir)
+    tokens_per_step = run.tokens_per_step
     eval_every = t.resolved_eval_interval(spec.steps)
     log_every = max(1, spec.exec.log_interval)
-
-    start_step, resumed_from, wall_before = 0, None, 0.0
-    last_train_loss = math.nan
-    curve: dict[str, list[float]] = {"step": [], "tokens": [], "val_loss": []}
-    state = None
-    if resume and checkpoint_dir is not None:
-        # Loaded on the CPU: torch.set_rng_state needs a CPU tensor (a CUDA map_location
-        # broke resuming on GPUs); load_state_dict moves model and optimizer state over.
-        state = checkpoint.load_latest(checkpoint_dir, map_location="cpu")
-    if state is None and branch_dir is not None:
-        state = _branch_state(branch_dir, spec)  # a WSD branch starts from its trunk's state
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-        start_step = resumed_from = int(state["step"])
-        curve = {k: list(v) for k, v in state["curve"].items()}
-        wall_before = float(state["wall_s"])
-        last_train_loss = float(state.get("train_loss", math.nan))
+    resumed_from = run.restore(resume, branch_dir)
+    start_step, wall_before = resumed_from or 0, run.wall_before
     branch_steps = set(spec.exec.branch_steps)
-
-    def save_checkpoint(step: int, wall: float, folder: str | Path | None = checkpoint_dir) -> None:
-        if folder is None:
-            return
-        checkpoint.save(folder, step, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": torch.get_rng_state(), "step": step, "curve": curve, "wall_s": wall,
-            "train_loss": last_train_loss, "run_id": spec.run_id,
-        })
-
-    def record_eval(step: int) -> float:
-        val = evaluate(model, evals, spec, device)
-        curve["step"].append(step)
-        curve["tokens"].append(step * tokens_per_step)
-        curve["val_loss"].append(val)
-        tracker.log_metrics({
-            keys.VAL_LOSS: val, keys.VAL_BPB: val / math.log(2) * (1 / bytes_per_token),
-            keys.TOKENS: step * tokens_per_step,
-        }, step)
-        return val
 
     model.train()
     t0 = time.perf_counter()
@@ -231,17 +311,7 @@ def train(
     diverged_step, step = None, start_step
     tokens_timed, t_timed = 0, time.perf_counter()
     for step in range(start_step, spec.steps):
-        lr = lr_at(step, spec)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        x, y = get_batch(data.train, t.batch_size, cfg.seq_len, t.seed, step, device=device)
-        with _autocast(spec, device):
-            _, loss = model(x, y)
-        loss.backward()
-        if t.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip, foreach=True)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss, lr = _optimizer_step(run, data, step)
         window[step - window_start] = loss.detach()
         done = step + 1
         ci = spec.exec.checkpoint_interval
@@ -256,58 +326,39 @@ def train(
                 diverged_step = window_start + int(bad[0])
                 break
         if end_of_window:
-            last_train_loss = float(losses.mean())
+            run.last_train_loss = float(losses.mean())
             now = time.perf_counter()
             tokens_timed += (done - window_start) * tokens_per_step
             tracker.log_metrics({
-                keys.TRAIN_LOSS: last_train_loss, keys.TRAIN_LR: lr,
+                keys.TRAIN_LOSS: run.last_train_loss, keys.TRAIN_LR: lr,
                 keys.TOKENS: done * tokens_per_step,
                 keys.THROUGHPUT: tokens_timed / max(now - t_timed, 1e-9),
             }, done)
             tokens_timed, t_timed = 0, now
             window_start = done
         if eval_due:
-            record_eval(done)
+            run.record_eval(done)
         if checkpoint_due:
-            save_checkpoint(done, wall_before + time.perf_counter() - t0)
+            run.save_checkpoint(done, wall_before + time.perf_counter() - t0)
         if done in branch_steps and checkpoint_dir is not None:
             # A trunk's state where a WSD branch's decay begins: its own folder, so the
             # rolling KEEP-newest pruning of the run's checkpoints never removes it.
-            save_checkpoint(done, wall_before + time.perf_counter() - t0,
-                            branch_folder(checkpoint_dir, done))
+            run.save_checkpoint(done, wall_before + time.perf_counter() - t0,
+                                branch_folder(checkpoint_dir, done))
         if on_step is not None:  # after the step is recorded: a failure here loses nothing
             on_step(done)
 
     wall = wall_before + time.perf_counter() - t0
     steps_done = diverged_step if diverged_step is not None else spec.steps
-    tokens = steps_done * tokens_per_step
-    result = RunResult(
-        run_id=spec.run_id, status=keys.STATUS_FINISHED, steps=steps_done, tokens=tokens,
-        params_total=n_total, params_non_embedding=n_non_emb,
-        flops={c: f * tokens for c, f in flops_per_token.items()},
-        final_train_loss=last_train_loss, wall_s=wall, resumed_from=resumed_from,
-        # Over the attempt chain (as wall_s): a resume from the final checkpoint trains 0 steps.
-        tokens_per_s=tokens / max(wall, 1e-9),
-    )
+    result = _result(run, steps_done, wall, resumed_from)
     if diverged_step is not None:
         result.status, result.diverged_step = keys.STATUS_DIVERGED, diverged_step
         tracker.set_tags({keys.TAG_DIVERGED_STEP: str(diverged_step)})
     else:
         # Checkpoint first: a run resumed from it evaluates once more, not a second time.
-        save_checkpoint(spec.steps, wall)
-        result.final_val_loss = record_eval(spec.steps)
-        result.final_val_bpb = result.final_val_loss / math.log(2) / bytes_per_token
-    result.curve = curve
-    summary = {
-        keys.FINAL_TOKENS: tokens, keys.FINAL_STEPS: steps_done, keys.FINAL_WALL_S: wall,
-        keys.FINAL_TOKENS_PER_S: result.tokens_per_s, keys.PARAMS_TOTAL: n_total,
-        keys.PARAMS_NON_EMBEDDING: n_non_emb,
-        **{keys.flops_key(c): v for c, v in result.flops.items()},
-    }
-    for key, value in ((keys.FINAL_VAL_LOSS, result.final_val_loss),
-                       (keys.FINAL_VAL_BPB, result.final_val_bpb),
-                       (keys.FINAL_TRAIN_LOSS, result.final_train_loss)):
-        if math.isfinite(value):
-            summary[key] = value
-    tracker.log_summary(summary)
+        run.save_checkpoint(spec.steps, wall)
+        result.final_val_loss = run.record_eval(spec.steps)
+        result.final_val_bpb = result.final_val_loss / math.log(2) / run.bytes_per_token
+    result.curve = run.curve
+    _log_summary(tracker, result)
     return result

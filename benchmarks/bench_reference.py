@@ -2,8 +2,8 @@
 
     python benchmarks/bench_reference.py             # ~2-3 minutes on 2 cores
 
-The reference is written here in the straightforward style of the GPT seed
-(../shared/seeds/gpt_block.py.txt): attention as an explicit matmul, a causal mask built with
+The reference is written here in the straightforward style of nanoGPT's block (Karpathy's
+model.py, GPT-2 style): attention as an explicit matmul, a causal mask built with
 torch.tril and masked_fill(-inf), softmax, matmul with V; GELU MLP 4x; pre-norm LayerNorm;
 learned positions; tied head. Its loop is the plain one: AdamW with default flags, gradient
 clipping, loss.item() every step. Same parameter count, batch, sequence length, tokens and

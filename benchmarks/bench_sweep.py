@@ -74,7 +74,8 @@ def mib(kb: float) -> str:
 def loop_worker(budget: float) -> dict:
     import numpy as np
 
-    from pipeline.train import NullTracker, load_data, train
+    from pipeline.data import load_data
+    from pipeline.train import NullTracker, train
 
     cfg, p = plan(budget)
     data = load_data(p.specs[0].data)  # the cache is built (by the parent): this only maps it
@@ -106,8 +107,8 @@ def sweep_worker(budget: float, root: str) -> dict:
 
     import pipeline.sweep as sweep
     import pipeline.tracking as tracking
+    from pipeline.data import load_data
     from pipeline.tracking import default_tracking_uri
-    from pipeline.train import load_data
 
     cfg, p = plan(budget)
     data = load_data(p.specs[0].data)
@@ -197,6 +198,43 @@ def run_worker(kind: str, budget: float, root: str) -> tuple[dict, procmon.TreeM
 # --------------------------------------------------------------------------------------
 
 
+def print_memory(a1: dict, mon_a1, mon_b, n: int) -> None:
+    """The memory table: peak RSS of the loop and of each trial worker, and whether the token
+    arrays are shared (memmap) or copied per run."""
+    workers = {pid: p for pid, p in mon_b.procs.items()
+               if any("ray::" in t or "default_worker" in t for t in p.titles)}
+    trial = {pid: p for pid, p in workers.items()
+             if any("run_trial" in t for t in p.titles)}
+    print("\nMemory")
+    mrows = [{
+        "process": "(a) loop process (4 runs in turn)",
+        "peak RSS (VmHWM)": mib(a1["hwm_mib"] * 1024),
+        "RssAnon growth over the runs": f"{a1['anon_growth_mib']:+.0f} MiB",
+        "RssFile growth": f"{a1['file_growth_mib']:+.0f} MiB",
+    }]
+    for pid, info in sorted(trial.items()):
+        mrows.append({"process": f"(b) Ray worker {pid} (run_trial)",
+                      "peak RSS (VmHWM)": mib(info.hwm_kb),
+                      "RssAnon growth over the runs": f"peak RssAnon {mib(info.anon_kb)}",
+                      "RssFile growth": f"peak RssFile {mib(info.file_kb)}"})
+    print(bl.table(mrows, list(mrows[0])))
+    print(f"whole sweep (b): peak Pss of the process tree {mib(mon_b.peak_pss_kb)} "
+          f"(sum of RSS {mib(mon_b.peak_rss_kb)}: counts shared pages once per process); "
+          f"{len(mon_b.procs)} processes seen, {len(trial)} ran trials; (a): peak Pss "
+          f"{mib(mon_a1.peak_pss_kb)}")
+    runs_anon = a1["anon_after_run_mib"]
+    later = runs_anon[-1] - runs_anon[0]
+    shared = a1["train_is_memmap"] and a1["touch_anon_mib"] < 0.25 * a1["train_mib"]
+    print(f"token arrays: the train split is a np.memmap: {a1['train_is_memmap']} "
+          f"({a1['train_mib']:.0f} MiB). Reading every page of it changed RssAnon by "
+          f"{a1['touch_anon_mib']:+.1f} MiB and RssFile by {a1['touch_file_mib']:+.1f} MiB "
+          f"(file pages, shared through the page cache). RssAnon after each run: "
+          + ", ".join(f"{x:.0f}" for x in runs_anon)
+          + f" MiB: runs 2-{n} added {later:+.0f} MiB in all (a copy per run would add "
+          f"{a1['train_mib']:.0f} MiB each; the first run's growth is torch's allocator "
+          f"and lazy imports). Verdict: {'shared, not copied' if shared else 'CHECK'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=3e11,
@@ -226,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
               f"default recipe (8 evals + final, 8 eval batches); RAY_TMPDIR="
               f"{os.environ['RAY_TMPDIR']}, MLFLOW_TRACKING_URI="
               f"{os.environ['MLFLOW_TRACKING_URI']}")
-        from pipeline.train import load_data
+        from pipeline.data import load_data
 
         t = time.perf_counter()
         load_data(pl.specs[0].data)  # build the token cache once, untimed (as the driver does)
@@ -287,39 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"MLflow calls of one run alone (Ledger.create_trial + the MLflowTracker "
               f"lifecycle of a finished run, sqlite): {mlflow_s:.2f}s wall per run.")
 
-        # Memory
-        workers = {pid: p for pid, p in mon_b.procs.items()
-                   if any("ray::" in t or "default_worker" in t for t in p.titles)}
-        trial = {pid: p for pid, p in workers.items()
-                 if any("run_trial" in t for t in p.titles)}
-        print("\nMemory")
-        mrows = [{
-            "process": "(a) loop process (4 runs in turn)",
-            "peak RSS (VmHWM)": mib(a1["hwm_mib"] * 1024),
-            "RssAnon growth over the runs": f"{a1['anon_growth_mib']:+.0f} MiB",
-            "RssFile growth": f"{a1['file_growth_mib']:+.0f} MiB",
-        }]
-        for pid, info in sorted(trial.items()):
-            mrows.append({"process": f"(b) Ray worker {pid} (run_trial)",
-                          "peak RSS (VmHWM)": mib(info.hwm_kb),
-                          "RssAnon growth over the runs": f"peak RssAnon {mib(info.anon_kb)}",
-                          "RssFile growth": f"peak RssFile {mib(info.file_kb)}"})
-        print(bl.table(mrows, list(mrows[0])))
-        print(f"whole sweep (b): peak Pss of the process tree {mib(mon_b.peak_pss_kb)} "
-              f"(sum of RSS {mib(mon_b.peak_rss_kb)}: counts shared pages once per process); "
-              f"{len(mon_b.procs)} processes seen, {len(trial)} ran trials; (a): peak Pss "
-              f"{mib(mon_a1.peak_pss_kb)}")
-        runs_anon = a1["anon_after_run_mib"]
-        later = runs_anon[-1] - runs_anon[0]
-        shared = a1["train_is_memmap"] and a1["touch_anon_mib"] < 0.25 * a1["train_mib"]
-        print(f"token arrays: the train split is a np.memmap: {a1['train_is_memmap']} "
-              f"({a1['train_mib']:.0f} MiB). Reading every page of it changed RssAnon by "
-              f"{a1['touch_anon_mib']:+.1f} MiB and RssFile by {a1['touch_file_mib']:+.1f} MiB "
-              f"(file pages, shared through the page cache). RssAnon after each run: "
-              + ", ".join(f"{x:.0f}" for x in runs_anon)
-              + f" MiB: runs 2-{n} added {later:+.0f} MiB in all (a copy per run would add "
-              f"{a1['train_mib']:.0f} MiB each; the first run's growth is torch's allocator "
-              f"and lazy imports). Verdict: {'shared, not copied' if shared else 'CHECK'}")
+        print_memory(a1, mon_a1, mon_b, n)
         print(f"\nload average at the end: {bl.loadavg()}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

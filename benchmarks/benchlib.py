@@ -29,9 +29,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from pipeline import flops, keys
+from pipeline.data import load_data
 from pipeline.families import ModelConfig, make_config
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
-from pipeline.train import NullTracker, load_data, train
+from pipeline.train import NullTracker, train
 
 # The ladder: about 20k, 100k, 500k and 2M parameters, head_dim 16 (the shape rule's),
 # the same (n_layer, d_model) for both families.

@@ -201,6 +201,32 @@ def packing(device: str, smoke: bool, steps_log: int) -> dict:
             "wall_alone_s": round(t_alone, 1), "wall_packed_s": round(t_packed, 1)}
 
 
+def run_ladder(skipped: list[str], smoke: bool, device: torch.device, peak: float,
+               nominal: float | None, left) -> list[dict]:
+    """MFU of a ladder of small GPT models (20k to 85M parameters), while time is left."""
+    ladder = [("20k", 1, 32, 128), ("100k", 3, 48, 128), ("500k", 4, 96, 128),
+              ("2M", 8, 144, 128), ("14M", 8, 384, 256), ("85M", 12, 768, 256)]
+    if smoke:
+        ladder = ladder[:2]
+    data_small = synthetic_data(256, tokens=200_000 if smoke else 5_000_000)
+    rows: list[dict] = []
+    for label, n_layer, d_model, seq in ladder:
+        if left() < 45:
+            skipped.append(f"ladder {label}: time budget")
+            continue
+        cfg = make_config("gpt", n_layer, d_model, vocab_size=256, seq_len=seq,
+                          head_dim=16 if d_model < 384 else 64)
+        r = time_train(spec_for(cfg, 4 if smoke else 64, 2 if smoke else 10, 3, device.type),
+                       data_small)
+        row = mfu_row(f"gpt {label} (L{n_layer} d{d_model}, seq {seq}, batch "
+                      f"{4 if smoke else 64})", cfg,
+                      r["tokens_per_s"], peak, nominal)
+        row["losses_finite"] = r["losses_finite"]
+        rows.append(row)
+        print(json.dumps(row))
+    return rows
+
+
 _HERE = __file__.rsplit("/", 1)[0]
 
 
@@ -268,26 +294,7 @@ def main(argv: list[str] | None = None) -> int:
           + ("met" if out["goal_mfu_met"] else "NOT met"))
 
     # 3. ladder of small models
-    ladder = [("20k", 1, 32, 128), ("100k", 3, 48, 128), ("500k", 4, 96, 128),
-              ("2M", 8, 144, 128), ("14M", 8, 384, 256), ("85M", 12, 768, 256)]
-    if smoke:
-        ladder = ladder[:2]
-    data_small = synthetic_data(256, tokens=200_000 if smoke else 5_000_000)
-    out["ladder"] = []
-    for label, n_layer, d_model, seq in ladder:
-        if left() < 45:
-            out["skipped"].append(f"ladder {label}: time budget")
-            continue
-        cfg = make_config("gpt", n_layer, d_model, vocab_size=256, seq_len=seq,
-                          head_dim=16 if d_model < 384 else 64)
-        r = time_train(spec_for(cfg, 4 if smoke else 64, 2 if smoke else 10, 3, device.type),
-                       data_small)
-        row = mfu_row(f"gpt {label} (L{n_layer} d{d_model}, seq {seq}, batch "
-                      f"{4 if smoke else 64})", cfg,
-                      r["tokens_per_s"], peak, nominal)
-        row["losses_finite"] = r["losses_finite"]
-        out["ladder"].append(row)
-        print(json.dumps(row))
+    out["ladder"] = run_ladder(out["skipped"], smoke, device, peak, nominal, left)
 
     # 4. fractional packing with Ray
     if left() < 40:

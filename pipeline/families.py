@@ -3,7 +3,7 @@
 This module is pure Python (no torch): the planner, the FLOP accounting and the analysis
 all need shapes without building a model.
 
-Families (see ../shared/DESIGN.md):
+Families (docs/sweeps.md, "shape"; Radford et al. 2019 and Touvron et al. 2023):
   gpt    pre-norm LayerNorm, fused QKV with biases, learned positions, GELU MLP 4x,
          tied input/output embeddings (GPT-2 / nanoGPT).
   llama  RMSNorm, rotary positions, SwiGLU MLP (hidden = 2/3 * 4d rounded up to a multiple),
@@ -27,11 +27,9 @@ which moves N by ~1.3-1.7x per step while keeping the aspect ratio close to the 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
-
-FamilyName = Literal["gpt", "llama"]
-FAMILIES: tuple[str, ...] = ("gpt", "llama")
 
 
 class ShapeError(ValueError):
@@ -181,13 +179,29 @@ def make_config(
         if d_model % head_dim:
             raise ShapeError(f"d_model={d_model} is not divisible by head_dim={head_dim}")
         n_heads = d_model // head_dim
-    if family == "gpt":
-        return ModelConfig(
-            family="gpt", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
-            d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads if n_kv_heads is None else n_kv_heads,
-            d_ff=4 * d_model if d_ff is None else d_ff, norm="layernorm", pos="learned",
-            mlp="gelu", tied_embeddings=True, bias=True, dropout=dropout, causal=causal,
-        )
+    return FAMILY_BUILDERS[family](
+        n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff,
+        vocab_size=vocab_size, seq_len=seq_len, gqa_ratio=gqa_ratio, ffn_multiple=ffn_multiple,
+        dropout=dropout, causal=causal,
+    )
+
+
+def _gpt(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d_ff: int | None,
+         vocab_size: int, seq_len: int, gqa_ratio: int, ffn_multiple: int, dropout: float,
+         causal: bool) -> ModelConfig:
+    """GPT-2 / nanoGPT: LayerNorm, learned positions, GELU MLP 4x, biases, tied head."""
+    return ModelConfig(
+        family="gpt", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
+        d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads if n_kv_heads is None else n_kv_heads,
+        d_ff=4 * d_model if d_ff is None else d_ff, norm="layernorm", pos="learned",
+        mlp="gelu", tied_embeddings=True, bias=True, dropout=dropout, causal=causal,
+    )
+
+
+def _llama(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None,
+           d_ff: int | None, vocab_size: int, seq_len: int, gqa_ratio: int, ffn_multiple: int,
+           dropout: float, causal: bool) -> ModelConfig:
+    """LLaMA: RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases, untied."""
     return ModelConfig(
         family="llama", vocab_size=vocab_size, seq_len=seq_len, n_layer=n_layer,
         d_model=d_model, n_heads=n_heads,
@@ -197,6 +211,16 @@ def make_config(
         dropout=dropout, causal=causal,
     )
 
+
+FAMILY_BUILDERS: dict[str, Callable[..., ModelConfig]] = {"gpt": _gpt, "llama": _llama}
+"""The family registry (as torchtitan's model_registry, litgpt's name_to_config): name -> the
+builder of its shapes from (n_layer, d_model) and the rule's knobs. The sweep schema's family
+type (pipeline.config), the CLI's --family choices and make_config all read it: a new family
+is one builder added here (and its layers in pipeline.model)."""
+FAMILIES: tuple[str, ...] = tuple(FAMILY_BUILDERS)
+"""The registry's names, in order (error messages, tests, --family choices)."""
+FamilyName = Literal[FAMILIES]  # type: ignore[valid-type]
+"""The sweep schema's family type: a Literal of the registry's names."""
 
 def shape_for_depth(
     family: str, depth: int, rule: ShapeRule, *, vocab_size: int, seq_len: int
@@ -238,62 +262,3 @@ def shape_for_size(
 def with_overrides(cfg: ModelConfig, **changes: object) -> ModelConfig:
     """A copy with some fields changed, re-validated."""
     return replace(cfg, **changes)
-
-
-def nearest_shape(
-    family: str,
-    target_params: float,
-    rule: ShapeRule,
-    *,
-    vocab_size: int,
-    seq_len: int,
-    convention: Literal["total", "non_embedding"] = "total",
-) -> ModelConfig:
-    """The rule's shape whose parameter count is closest to target_params in log space.
-
-    Why log space: scaling sweeps space sizes geometrically, so 2x too big and 2x too small
-    are equally far. Depths 1..rule.max_depth are scanned (the count grows with depth); a tie
-    goes to the smaller depth. ``convention`` picks N: "total" (all parameters, Chinchilla)
-    or "non_embedding" (Kaplan). Raises ShapeError when the target is outside what the rule
-    can make: more than 2x below the depth-1 count, or above the max-depth count.
-    """
-    import numbers
-
-    from pipeline.flops import params_non_embedding, params_total  # flops never imports us
-
-    counters = {"total": params_total, "non_embedding": params_non_embedding}
-    if convention not in counters:
-        raise ShapeError(
-            f"unknown parameter convention {convention!r}; known: {', '.join(counters)}"
-        )
-    is_number = isinstance(target_params, numbers.Real) and not isinstance(target_params, bool)
-    if not (is_number and math.isfinite(target_params) and target_params > 0):
-        raise ShapeError(f"target_params must be a finite number > 0, got {target_params!r}")
-    count = counters[convention]
-    shapes = []
-    top = rule.max_width if rule.knob == "width" else rule.max_depth
-    for size in range(1, top + 1):
-        try:
-            shapes.append(
-                shape_for_size(family, size, rule, vocab_size=vocab_size, seq_len=seq_len)
-            )
-        except ShapeError:
-            break  # width beyond max_depth: the rule ends here
-    counts = [count(cfg) for cfg in shapes]
-    if target_params < counts[0] / 2:
-        raise ShapeError(
-            f"target_params={target_params:g} is more than 2x below the smallest {family} shape "
-            f"({rule.knob} 1: {counts[0]} {convention} params)"
-        )
-    if target_params > counts[-1]:
-        raise ShapeError(
-            f"target_params={target_params:g} is above the largest {family} shape "
-            f"(max_depth={rule.max_depth}, max_width={rule.max_width}: {counts[-1]} "
-            f"{convention} params); raise max_depth or max_width"
-        )
-    log_target = math.log(target_params)
-    best = min(
-        range(len(shapes)),
-        key=lambda i: (abs(math.log(counts[i]) - log_target), i),
-    )
-    return shapes[best]

@@ -14,7 +14,7 @@ mlp                  per layer: 2 matrices (GELU) or 3 (SwiGLU) (+ biases if cfg
 norms                2 per layer + the final one; LayerNorm weight (+ bias), RMSNorm weight
 output_head          V·d when untied (never a bias); 0 when tied to the token embedding
 
-Two parameter conventions (see ../shared/DESIGN.md, "Conventions"):
+Two parameter conventions (docs/analysis.md, "Methods"):
 
 * ``params_total``: every parameter, a tied head counted once. Chinchilla's N
   (Hoffmann et al. 2022).
@@ -49,7 +49,7 @@ import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # only for type hints: families imports this module inside nearest_shape
+if TYPE_CHECKING:  # only for type hints
     from pipeline.families import ModelConfig
 
 CONVENTIONS: tuple[str, ...] = ("6nd", "6nd_non_embedding", "kaplan", "exact")
@@ -278,7 +278,7 @@ def chinchilla_table_a4_ratio(
 ) -> float:
     """Exact training FLOPs / 6·N·D for a model of Hoffmann et al. 2022, Table A4.
 
-    The paper's convention for this table (see ../shared/DESIGN.md):
+    The paper's convention for this table (Hoffmann et al. 2022, Appendix F and Table A4):
       * FLOPs: forward per layer only (Q/K/V, logits, softmax, reduction, output projection,
         and the 2-matrix dense block); no embedding and no logit FLOPs; backward = 2×.
       * N: all parameters except the input embedding: per layer the Q/K/V/output and dense

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Literal
 
 from pipeline import flops
 from pipeline.config import SizesSection, SweepConfig, resolve_corpus
@@ -56,9 +58,8 @@ def vocab_size_for(cfg: SweepConfig) -> int | None:
 def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
     """The sweep's data section, with a relative corpus path resolved against the sweep file."""
     d = cfg.data
-    return DataSpec(corpus=resolve_corpus(d.corpus, Path(sweep_path)), tokenizer=d.tokenizer,
-                    bpe_vocab_size=d.bpe_vocab_size, val_fraction=d.val_fraction,
-                    max_bytes=d.max_bytes)
+    settings = {f.name: getattr(d, f.name) for f in fields(DataSpec)}
+    return DataSpec(**{**settings, "corpus": resolve_corpus(d.corpus, Path(sweep_path))})
 
 
 def _rule(cfg: SweepConfig) -> ShapeRule:
@@ -139,24 +140,17 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
 
 def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, seed: int,
                 base_lr: float, schedule: str, warmup_of: int) -> TrainSpec:
-    """The recipe of one run; warmup is warmup_fraction of `warmup_of` steps (its own, or
-    the longest run's for WSD runs sharing a trunk)."""
+    """The recipe of one run (pipeline/recipe.py's rules); warmup follows `warmup_of` steps
+    (its own, or the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
-    lr = base_lr * (t.lr_reference_d_model / model.d_model) ** t.lr_width_exponent
-    # A batch rule (TrainSection.batch_for) scales the LR with the batch; at the reference
-    # batch the factor is exactly 1, so those runs keep the run_id of a fixed-batch sweep.
-    lr *= (batch / t.batch_size) ** t.lr_batch_exponent
-    # The same evaluation sequences at every batch: eval_batches * batch_size of them.
-    eval_batches = t.eval_batches * t.batch_size // batch
-    warmup = int(t.warmup_fraction * warmup_of)
-    if t.warmup_min_steps:  # a floor for short runs, never above a fifth of the run
-        warmup = max(warmup, min(t.warmup_min_steps, warmup_of // 5))
+    recipe = t.scaling_recipe()
     return TrainSpec(
-        batch_size=batch, lr=lr, min_lr_ratio=t.min_lr_ratio,
-        warmup_steps=warmup, schedule=schedule,
+        batch_size=batch, lr=recipe.peak_lr(base_lr, model.d_model, batch),
+        min_lr_ratio=t.min_lr_ratio, warmup_steps=recipe.warmup_steps(warmup_of),
+        schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
-        eval_batches=eval_batches, precision=t.precision,
+        eval_batches=recipe.eval_batches(t.eval_batches, batch), precision=t.precision,
     )
 
 
@@ -330,3 +324,58 @@ def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path |
                                budget, seeds))
     specs = _specs(cfg, data_spec_for(cfg, sweep_path), cells, skipped, role="holdout")
     return Plan(specs, skipped)
+
+
+def nearest_shape(
+    family: str,
+    target_params: float,
+    rule: ShapeRule,
+    *,
+    vocab_size: int,
+    seq_len: int,
+    convention: Literal["total", "non_embedding"] = "total",
+) -> ModelConfig:
+    """The rule's shape whose parameter count is closest to target_params in log space.
+
+    Why log space: scaling sweeps space sizes geometrically, so 2x too big and 2x too small
+    are equally far. Depths 1..rule.max_depth are scanned (the count grows with depth); a tie
+    goes to the smaller depth. ``convention`` picks N: "total" (all parameters, Chinchilla)
+    or "non_embedding" (Kaplan). Raises ShapeError when the target is outside what the rule
+    can make: more than 2x below the depth-1 count, or above the max-depth count.
+    """
+    counters = {"total": flops.params_total, "non_embedding": flops.params_non_embedding}
+    if convention not in counters:
+        raise ShapeError(
+            f"unknown parameter convention {convention!r}; known: {', '.join(counters)}"
+        )
+    is_number = isinstance(target_params, numbers.Real) and not isinstance(target_params, bool)
+    if not (is_number and math.isfinite(target_params) and target_params > 0):
+        raise ShapeError(f"target_params must be a finite number > 0, got {target_params!r}")
+    count = counters[convention]
+    shapes = []
+    top = rule.max_width if rule.knob == "width" else rule.max_depth
+    for size in range(1, top + 1):
+        try:
+            shapes.append(
+                shape_for_size(family, size, rule, vocab_size=vocab_size, seq_len=seq_len)
+            )
+        except ShapeError:
+            break  # width beyond max_depth: the rule ends here
+    counts = [count(cfg) for cfg in shapes]
+    if target_params < counts[0] / 2:
+        raise ShapeError(
+            f"target_params={target_params:g} is more than 2x below the smallest {family} shape "
+            f"({rule.knob} 1: {counts[0]} {convention} params)"
+        )
+    if target_params > counts[-1]:
+        raise ShapeError(
+            f"target_params={target_params:g} is above the largest {family} shape "
+            f"(max_depth={rule.max_depth}, max_width={rule.max_width}: {counts[-1]} "
+            f"{convention} params); raise max_depth or max_width"
+        )
+    log_target = math.log(target_params)
+    best = min(
+        range(len(shapes)),
+        key=lambda i: (abs(math.log(counts[i]) - log_target), i),
+    )
+    return shapes[best]

@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 
 from pipeline import checkpoint, keys
+from pipeline.data import load_data
 from pipeline.model import Transformer
 from pipeline.spec import RunSpec
-from pipeline.train import load_data, pick_device
+from pipeline.train import pick_device
 
 TAG_CHECKPOINT_DIR = "checkpoint_dir"
 

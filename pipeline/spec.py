@@ -19,18 +19,23 @@ from pipeline.families import ModelConfig
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Which tokens a run trains on (mirrors pipeline.data.DataConfig, without the cache path)."""
+    """Which tokens a run trains on: the one definition of the data settings and their
+    defaults. pipeline.data.DataConfig extends it with the cache folder; the sweep schema's
+    data section (pipeline.config.DataSection) takes its defaults from it. Part of run_id."""
 
     corpus: str = "stdlib"
-    """"stdlib", a text file path or glob, or "hf:<dataset>[:<split>][:<field>]"."""
+    """"stdlib" | a file, directory or glob (optionally prefixed "path:") |
+    "hf:<dataset>[:<split>][:<text_field>]" (split defaults to train, field to text)."""
     tokenizer: str = "bytes"
-    """"bytes" (vocab 256), "chars", or "bpe" (trained locally on the train split)."""
+    """"bytes" (vocab 256) | "chars" (train-split characters + <unk>) | "bpe" (byte-level,
+    trained locally on the train split)."""
     bpe_vocab_size: int = 1024
-    """Vocabulary size when tokenizer is "bpe"."""
+    """Vocabulary of the BPE tokenizer (>= 257); ignored by the other tokenizers."""
     val_fraction: float = 0.05
-    """Fraction of documents held out for validation (split by document)."""
+    """Share of corpus bytes held out for validation, in whole documents (at least one)."""
     max_bytes: int | None = None
-    """Optional cap on corpus bytes (documents in sorted order until the cap)."""
+    """Cap on corpus UTF-8 bytes: documents are taken in sorted order while they fit. For
+    quick tests, and required in practice for large streamed HF datasets."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rich.console import Console
@@ -34,7 +34,11 @@ from pipeline.config import SweepConfig, SweepError, load_sweep
 from pipeline.data import TokenData
 from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.holdout import HoldoutError, holdout_plan
+from pipeline.preflight import driver_problem, warn_loopback_uri
 from pipeline.spec import RunSpec, branch_folder
+
+if TYPE_CHECKING:
+    from pipeline.tracking import Ledger
 
 # Plain logs (CI, files) get wide lines instead of rich's 80-column default.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -167,23 +171,9 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
     ledger = Ledger(uri, cfg.name)
     parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
                                 "runs_planned": str(len(plan.specs))})
-    existing = ledger.trials()
-    todo: list[tuple[RunSpec, str]] = []
     progress = Progress(total=len(plan.specs))
     results: dict[str, dict] = {}
-    for spec in plan.specs:
-        rec = existing.get(spec.run_id)
-        if rec is not None and rec.status in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
-            progress.skipped += 1
-            results[spec.run_id] = {"run_id": spec.run_id, "status": rec.status, "skipped": True,
-                                    "final_val_loss": rec.final_val_loss}
-            continue
-        if rec is None:
-            rec = ledger.create_trial(spec, parent)
-        elif rec.status != "queued":
-            console.print(f"{spec.run_id}: was {rec.status} after {rec.attempts} attempt(s); "
-                          "resuming from its last checkpoint")
-        todo.append((spec, rec.mlflow_run_id))
+    todo = _reconcile(ledger, plan, parent, progress, results)
     progress.total = len(todo)
     if progress.skipped:
         console.print(f"{progress.skipped} run(s) already finished or diverged in the ledger: "
@@ -210,7 +200,7 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
     shipped: tuple = ()
     if address:
         slots = _cluster_slots(res.num_cpus, res.num_gpus)
-        _warn_loopback_uri(uri)
+        warn_loopback_uri(uri)
         # Cluster: put the tokens in the object store once; every node reads them zero-copy.
         meta = {k: getattr(data, k) for k in ("vocab_size", "fingerprint", "corpus_fingerprint",
                                               "train_bytes", "val_bytes", "tokenizer_config",
@@ -261,20 +251,52 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
                 console.print(progress.line())
                 last_line = time.monotonic()
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: cancelling runs in flight; they are marked "
-                      "killed and resume from their checkpoints on the next invocation")
-        for ref, (_spec, mlflow_run_id) in pending.items():
-            ray.cancel(ref, force=True)
-            ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
-        for branches in waiting.values():
-            for _spec, mlflow_run_id in branches:
-                ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
-        ledger.mark(parent, keys.STATUS_KILLED, "KILLED")
+        _mark_killed(ledger, parent, pending, waiting)
         raise
     finally:
         ray.shutdown()
     ledger.mark(parent, keys.STATUS_FINISHED, "FINISHED")
     return results
+
+
+def _reconcile(ledger: Ledger, plan: Plan, parent: str, progress: Progress,
+               results: dict[str, dict]) -> list[tuple[RunSpec, str]]:
+    """The ledger reconciliation: which planned runs still need training, with their MLflow
+    run. Finished and diverged runs are skipped (recorded in results), new ones get a child
+    run, failed, killed and interrupted ones are trained again (resuming from a checkpoint)."""
+    existing = ledger.trials()
+    todo: list[tuple[RunSpec, str]] = []
+    for spec in plan.specs:
+        rec = existing.get(spec.run_id)
+        if rec is not None and rec.status in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
+            progress.skipped += 1
+            results[spec.run_id] = {"run_id": spec.run_id, "status": rec.status, "skipped": True,
+                                    "final_val_loss": rec.final_val_loss}
+            continue
+        if rec is None:
+            rec = ledger.create_trial(spec, parent)
+        elif rec.status != "queued":
+            console.print(f"{spec.run_id}: was {rec.status} after {rec.attempts} attempt(s); "
+                          "resuming from its last checkpoint")
+        todo.append((spec, rec.mlflow_run_id))
+    return todo
+
+
+def _mark_killed(ledger: Ledger, parent: str, pending: dict,
+                 waiting: dict[str, list[tuple[RunSpec, str]]]) -> None:
+    """Ctrl-C: cancel the runs in flight; they and the branches waiting for a trunk are
+    marked killed, and resume from their checkpoints on the next invocation."""
+    import ray
+
+    console.print("[yellow]interrupted[/]: cancelling runs in flight; they are marked "
+                  "killed and resume from their checkpoints on the next invocation")
+    for ref, (_spec, mlflow_run_id) in pending.items():
+        ray.cancel(ref, force=True)
+        ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
+    for branches in waiting.values():
+        for _spec, mlflow_run_id in branches:
+            ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
+    ledger.mark(parent, keys.STATUS_KILLED, "KILLED")
 
 
 def _slots(num_cpus: int, cpus: int | None) -> int:
@@ -290,50 +312,6 @@ def _cluster_slots(num_cpus: int, num_gpus: float) -> int:
     if num_gpus > 0:
         slots = min(slots, int(total.get("GPU", 0) // num_gpus))
     return max(1, slots)
-
-
-def _warn_loopback_uri(uri: str) -> None:
-    """A tracking server at 127.0.0.1 is only reachable from nodes on the driver's host."""
-    import ray
-
-    host = urlparse(uri).hostname or ""
-    ips = {n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
-    if host in ("127.0.0.1", "localhost", "::1") and len(ips) > 1:
-        console.print(f"[yellow]warning[/]: MLFLOW_TRACKING_URI is {uri}, a loopback address, "
-                      f"but the cluster spans {len(ips)} machines: runs on the others cannot "
-                      "reach it unless each has a tunnel to it. Use an address every node can "
-                      "reach (docs/cluster.md)")
-
-
-def _unreachable(uri: str, timeout: float = 10.0) -> str:
-    """Why a tracking server cannot be reached ("" if it answers at all, even 401 or 404).
-
-    Checked once, up front: MLflow's client retries a dead server for minutes per request.
-    """
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
-            return ""
-    except urllib.error.HTTPError:
-        return ""  # it answered (behind a proxy or with auth, perhaps)
-    except (OSError, ValueError) as e:
-        return str(getattr(e, "reason", e))
-
-
-def _warn_checkpoint_dir(path: str, address: str) -> None:
-    """On a cluster, checkpoints must be on storage every node sees, or resumes start over."""
-    if Path(path).is_absolute():
-        return
-    where = Path(path).resolve()
-    print(f"warning: a cluster address is set ({address}) but checkpoints go to {where}, "
-          f"the relative path {path!r} under this driver's working folder (under `ray job "
-          "submit`, a per-job folder on the head node that no other node sees). A run retried "
-          "or resumed on another node will not find its checkpoints there and restarts from "
-          "scratch. Pass --checkpoint-dir (or set SCALING_CHECKPOINT_DIR) to a folder that "
-          "every node mounts at the same path (NFS, a mounted bucket): see docs/cluster.md",
-          file=sys.stderr)
 
 
 def _report_one(spec: RunSpec, out: dict, progress: Progress,
@@ -399,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     vocab = vocab_size_for(cfg)
     if vocab is None:  # chars: the vocabulary depends on the corpus
-        from pipeline.train import load_data
+        from pipeline.data import load_data
 
         vocab = _data_for(cfg, args.sweep_file, load_data).vocab_size
     plan = expand(cfg, args.sweep_file, vocab)
@@ -420,50 +398,14 @@ def main(argv: list[str] | None = None) -> int:
         print_plan(cfg, plan, estimate, slots)
         return 0
 
-    from pipeline.tracking import (
-        TrackingError,
-        default_tracking_uri,
-        folder_problem,
-        is_local_store,
-        prepare_store,
-    )
+    from pipeline.tracking import default_tracking_uri
 
     uri = default_tracking_uri()
-    if args.address and args.address.startswith(("http://", "https://")):
-        print(f"error: the Ray address {args.address} (--address or $RAY_ADDRESS) is a "
-              "dashboard URL: that is the address for `ray job submit`. Submit this command "
-              f"with `ray job submit --address {args.address} -- python -m pipeline.sweep "
-              "FILE`, or give the cluster's address HOST:PORT (docs/cluster.md)",
-              file=sys.stderr)
-        return 2
-    if args.address and is_local_store(uri):
-        print(f"error: a Ray cluster address is set ({args.address}: --address, or $RAY_ADDRESS "
-              f"as under `ray job submit`) but the MLflow tracking URI is a local store ({uri}): "
-              "runs on other nodes cannot write it. Start a tracking server and set "
-              "MLFLOW_TRACKING_URI=http://HOST:PORT (for `ray job submit`: --runtime-env-json "
-              "'{\"env_vars\": {\"MLFLOW_TRACKING_URI\": \"http://HOST:PORT\"}}'); see "
-              "docs/cluster.md", file=sys.stderr)
-        return 2
-    if uri.startswith(("http://", "https://")) and (why := _unreachable(uri)):
-        print(f"error: the MLflow tracking server {uri} does not answer ({why}). Is "
-              "`mlflow server` running, and reachable from here (on a cluster: from every "
-              "node)? See docs/cluster.md", file=sys.stderr)
-        return 2
-    if args.address:
-        _warn_checkpoint_dir(args.checkpoint_dir, args.address)
-    # Checked before any run starts, not at the first checkpoint of every run.
-    if why := folder_problem(Path(args.checkpoint_dir)):
-        print(f"error: --checkpoint-dir {args.checkpoint_dir}: run checkpoints cannot be "
-              f"written there ({why}); pass --checkpoint-dir (or set SCALING_CHECKPOINT_DIR) "
-              "to a writable folder", file=sys.stderr)
-        return 2
-    try:  # the ledger's store: created once, here, before the data, Ray or any worker
-        prepare_store(uri, cfg.name)
-    except TrackingError as e:
-        print(f"error: {e}", file=sys.stderr)
+    if problem := driver_problem(args.address, args.checkpoint_dir, uri, cfg.name):
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     print_plan(cfg, plan, None, slots)
-    from pipeline.train import load_data
+    from pipeline.data import load_data
 
     data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
     t0 = time.monotonic()

@@ -20,10 +20,10 @@ from dataclasses import asdict
 import numpy as np
 
 from pipeline import keys
-from pipeline.data import TokenData
+from pipeline.data import TokenData, load_data
 from pipeline.spec import RunSpec
 from pipeline.tracking import MLflowTracker
-from pipeline.train import load_data, train
+from pipeline.train import train
 
 # Fault injection for tests (tests/test_faults.py): raise at this step of the given run_id.
 FAIL_ENV = "SCALING_INJECT_FAILURE"  # "<run_id>:<step>"

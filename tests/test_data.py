@@ -37,7 +37,7 @@ from pipeline.data import (
     prepare_data,
     split_documents,
 )
-from pipeline.tokenizers import ByteTokenizer, CharTokenizer, load_tokenizer
+from pipeline.data.tokenizers import ByteTokenizer, CharTokenizer, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = [
@@ -103,7 +103,7 @@ def test_stdlib_skips_tests_and_site_packages(tmp_path, monkeypatch):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     paths = dict(sysconfig.get_paths(), stdlib=str(root))
-    monkeypatch.setattr(D.sysconfig, "get_paths", lambda: paths)
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
     assert [d.name for d in load_corpus("stdlib")] == ["a.py", "idlelib/ok.py", "pkg/b.py"]
 
 
@@ -329,7 +329,7 @@ def test_sigkilled_builder_holds_no_lock_and_is_not_trusted(corpus_dir, tmp_path
     cfg = _cfg(corpus_dir, tmp_path)
     proc = _run_py(f"""
         import os, signal
-        from pipeline import data as D
+        from pipeline.data import store as D
         real = D._atomic_write
         def dying(path, payload):
             if path.suffix == ".json":

@@ -1,4 +1,4 @@
-"""Tests of pipeline.flops (and families.nearest_shape) against the built model and the paper.
+"""Tests of pipeline.flops (and grid.nearest_shape) against the built model and the paper.
 
 Three independent references:
   * the torch model: analytic parameter counts == sum(p.numel()) of pipeline.model.Transformer;
@@ -26,7 +26,6 @@ from pipeline.families import (
     ShapeError,
     ShapeRule,
     make_config,
-    nearest_shape,
     shape_for_depth,
     with_overrides,
 )
@@ -43,6 +42,7 @@ from pipeline.flops import (
     tokens_for_budget,
     training_flops,
 )
+from pipeline.grid import nearest_shape
 from pipeline.model import Transformer
 
 

@@ -14,10 +14,10 @@ import yaml
 
 from pipeline import flops, keys
 from pipeline.config import SweepError, load_sweep
-from pipeline.data import CACHE_ENV
+from pipeline.data import CACHE_ENV, load_data
 from pipeline.grid import _ladder, _rule, expand, plan_holdout
 from pipeline.spec import RunSpec, branch_folder
-from pipeline.train import load_data, train
+from pipeline.train import train
 
 BASE = {
     "name": "w", "kind": "grid", "family": "gpt",

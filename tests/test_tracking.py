@@ -300,7 +300,7 @@ def test_cli_no_resume_starts_from_scratch(
 ) -> None:
     """--no-resume used to be parsed and then ignored: the run resumed anyway."""
     import pipeline.trial
-    from pipeline.train import main
+    from pipeline.train.cli import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

@@ -16,12 +16,13 @@ import pytest
 import torch
 
 from pipeline import checkpoint, keys
-from pipeline.data import CACHE_ENV, TokenData
+from pipeline.data import CACHE_ENV, TokenData, load_data
 from pipeline.families import make_config
 from pipeline.flops import flops_per_token, params_non_embedding, params_total
 from pipeline.model import Transformer
+from pipeline.recipe import lr_at
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
-from pipeline.train import NullTracker, RunResult, load_data, lr_at, make_optimizer, train
+from pipeline.train import NullTracker, RunResult, make_optimizer, train
 
 DATA = DataSpec(max_bytes=300_000)
 LN_VOCAB = math.log(256)

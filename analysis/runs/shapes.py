@@ -66,7 +66,7 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
     are recorded; otherwise gpt / 256 / 256 / the rule's default head size.
     """
     try:
-        from pipeline import families
+        from pipeline import families, grid
         from pipeline import flops as flop_counts
     except ImportError as err:  # analysis without the pipeline package
         return f"pipeline is not importable ({err})"
@@ -78,7 +78,7 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
     if d_model and n_heads and d_model % n_heads == 0 and (d_model // n_heads) % 2 == 0:
         rule = families.ShapeRule(head_dim=d_model // n_heads)
     try:
-        cfg = families.nearest_shape(family, n_target, rule, vocab_size=vocab, seq_len=seq_len)
+        cfg = grid.nearest_shape(family, n_target, rule, vocab_size=vocab, seq_len=seq_len)
     except families.ShapeError as err:
         return str(err)
     n_total = flop_counts.params_total(cfg)

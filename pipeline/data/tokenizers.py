@@ -12,7 +12,7 @@ owns the cache and writes these JSON strings atomically.
 Input validation for users lives in pipeline.data.DataConfig (it raises DataError); the
 ValueErrors here guard programmatic misuse only.
 
-Note: import this module as `pipeline.tokenizers`. Inside it `import tokenizers` is the
+Note: import this module as `pipeline.data.tokenizers`. Inside it `import tokenizers` is the
 Hugging Face library (absolute imports), so the name clash is harmless unless a file in
 pipeline/ is run as a script.
 """

@@ -1,0 +1,147 @@
+"""Sweep files: pydantic models and load_sweep(path) with errors that name file, field, value.
+
+Validation never changes a value: types are strict (no "2" -> 2, no 2.5 -> 2, no true -> 1),
+unknown keys are errors (with a "did you mean" suggestion), settings that the chosen options
+would ignore are errors, and everything is checked before Ray or MLflow is touched. Every
+message starts with the file, then the line (YAML problems) or the field path, e.g.
+``sweeps/x.yaml: train.lr: Input should be greater than 0 (got 0)``.
+
+YAML is read by a SafeLoader subclass (no Python tags, no code execution) with these changes:
+  * YAML 1.2 floats: ``1e13`` and ``1.5e11`` are numbers (PyYAML's YAML 1.1 resolver reads
+    them as strings);
+  * YAML 1.1 integers that YAML 1.2 reads differently are refused: ``010`` (octal 8 in 1.1,
+    10 in 1.2) and ``1:30`` (base 60: 90);
+  * a key given twice in one mapping is an error (PyYAML keeps the last one silently);
+    ``<<: *defaults`` merges still let a mapping override merged keys.
+
+Modules: base (SweepError, limits, the strict model and validator problems), yaml_reader,
+sections (shape, data, train, resources, isoflop, grid, runs), schema (SweepConfig), messages
+(validation errors as file: field: message). This module loads files and re-exports the names.
+
+A sweep file (see sweeps/*.yaml):
+  name, description, kind (isoflop | grid | runs), family, shape, data, train, resources,
+  flops_convention, and the one section isoflop / grid / runs named by kind.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from pipeline.config.base import (
+    MAX_COUNT,
+    MAX_D_MODEL,
+    MAX_FILE_BYTES,
+    MAX_LAYERS,
+    MAX_RUNS,
+    SweepError,
+    _repr,
+)
+from pipeline.config.messages import _format_error
+from pipeline.config.schema import SweepConfig
+from pipeline.config.sections import (
+    VARIANT_EXCLUDED,
+    DataSection,
+    GridSection,
+    HoldoutSection,
+    IsoflopSection,
+    ReplicatesSection,
+    ResourcesSection,
+    RunEntry,
+    ShapeOverride,
+    ShapeSection,
+    SizesSection,
+    TrainSection,
+)
+from pipeline.config.yaml_reader import _Loader, _read_yaml
+
+__all__ = [
+    "MAX_COUNT", "MAX_D_MODEL", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_RUNS", "VARIANT_EXCLUDED",
+    "DataSection", "GridSection", "HoldoutSection", "IsoflopSection", "ReplicatesSection",
+    "ResourcesSection", "RunEntry", "ShapeOverride", "ShapeSection", "SizesSection",
+    "SweepConfig", "SweepError", "TrainSection", "_Loader", "load_sweep", "parse_sweep",
+    "resolve_corpus",
+]
+
+
+def parse_sweep(text: str, path: Path | str = "<string>") -> SweepConfig:
+    """Validate sweep YAML text; `path` only names the source in messages. No file checks."""
+    path = Path(path)
+    raw = _read_yaml(text, path)
+    if raw is None:
+        raise SweepError(f"{path}: the file is empty (a sweep needs at least name and kind)")
+    if not isinstance(raw, dict):
+        raise SweepError(f"{path}: a sweep file must be a YAML mapping of keys to values, "
+                         f"got a {type(raw).__name__}: {_repr.repr(raw)}")
+    try:
+        return SweepConfig.model_validate(raw)
+    except ValidationError as e:
+        lines = [line for err in e.errors() for line in _format_error(path, err, SweepConfig)]
+        raise SweepError("\n".join(lines)) from None
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep file; raise SweepError naming the file, field and value.
+
+    Also checks that a local corpus exists (relative to the sweep file).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SweepError(f"{path}: no such sweep file")
+    if not path.is_file():
+        raise SweepError(f"{path}: not a regular file")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise SweepError(f"{path}: file is {size:,} bytes; a sweep file is at most "
+                         f"{MAX_FILE_BYTES:,}")
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise SweepError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise SweepError(f"{path}: cannot read: {e.strerror or e}") from None
+    cfg = parse_sweep(text, path)
+    _check_corpus(cfg, path)
+    return cfg
+
+
+def resolve_corpus(corpus: str, sweep_path: Path) -> str:
+    """The corpus as pipeline.data.load_corpus should read it.
+
+    "stdlib" and "hf:..." are returned unchanged. A local file, directory or glob (with or
+    without the "path:" prefix that load_corpus also accepts; "~" expanded) becomes an
+    absolute path, relative ones against the sweep file's folder. The prefix is dropped: an
+    absolute path cannot be mistaken for "stdlib" or "hf:", and the same files then give the
+    same run_id however they were written.
+    """
+    if corpus == "stdlib" or corpus.startswith("hf:"):
+        return corpus
+    local = Path(os.path.expanduser(corpus.removeprefix("path:")))
+    if not local.is_absolute():
+        local = sweep_path.parent / local
+    return str(local.resolve())
+
+
+def _check_corpus(cfg: SweepConfig, path: Path) -> None:
+    """A local corpus must exist and hold files (as pipeline.data will require later)."""
+    corpus = cfg.data.corpus
+    if corpus == "stdlib" or corpus.startswith("hf:"):
+        return
+    resolved = resolve_corpus(corpus, path)
+    if any(ch in resolved for ch in "*?["):
+        if not any(os.path.isfile(p) for p in glob.iglob(resolved, recursive=True)):
+            raise SweepError(f"{path}: data.corpus: glob matches no file (got {corpus!r}; "
+                             f"looked for {resolved})")
+        return
+    p = Path(resolved)
+    if not p.exists():
+        raise SweepError(f"{path}: data.corpus: path does not exist (got {corpus!r}; "
+                         f"looked for {resolved})")
+    if p.is_dir() and not any(
+        f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+        for f in p.rglob("*")
+    ):
+        raise SweepError(f"{path}: data.corpus: directory holds no files (got {corpus!r})")

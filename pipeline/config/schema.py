@@ -1,0 +1,157 @@
+"""The whole sweep file (SweepConfig): its sections and the checks that involve several of
+them."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from pipeline.config.base import (
+    _NO_VALUE,
+    MAX_RUNS,
+    Strict,
+    _duplicates,
+    _raise_if,
+    _unused,
+)
+from pipeline.config.sections import (
+    DataSection,
+    GridSection,
+    IsoflopSection,
+    ResourcesSection,
+    RunEntry,
+    ShapeSection,
+    TrainSection,
+)
+from pipeline.families import FamilyName
+from pipeline.flops import CONVENTIONS
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_SECTIONS = ("isoflop", "grid", "runs")
+
+
+class SweepConfig(Strict):
+    name: str
+    """Sweep name = MLflow experiment name = reports/<name>/: letters, digits, _ . -"""
+    description: str = ""
+    kind: Literal["isoflop", "grid", "runs"]
+    family: FamilyName = "gpt"
+    shape: ShapeSection = ShapeSection()
+    data: DataSection = DataSection()
+    train: TrainSection = TrainSection()
+    resources: ResourcesSection = ResourcesSection()
+    flops_convention: Literal[CONVENTIONS] = "exact"  # type: ignore[valid-type]
+    """FLOP convention that turns an isoflop budget into tokens (see pipeline.flops)."""
+    isoflop: IsoflopSection | None = None
+    grid: GridSection | None = None
+    runs: Annotated[list[RunEntry], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        problems: list[tuple[tuple[str | int, ...], str, object]] = []
+        if not _NAME.fullmatch(self.name):
+            problems.append((("name",), "must start with a letter or digit and contain only "
+                             "letters, digits, '_', '.', '-' (at most 100 characters)",
+                             self.name))
+        for section in _SECTIONS:
+            present = getattr(self, section) is not None
+            if section == self.kind and not present:
+                problems.append(((section,), f"section is missing (kind is {self.kind!r})",
+                                 _NO_VALUE))
+            elif section != self.kind and present:
+                problems.append(((section,), f"section does not belong to kind {self.kind!r}"
+                                 f" (kind {section!r} would use it)", _NO_VALUE))
+        if self.family != "llama":
+            problems += [((("shape",) + loc), msg, v) for loc, msg, v in
+                         _unused(self.shape, ("gqa_ratio", "ffn_multiple"),
+                                 f"by family {self.family!r}")]
+        problems += self._shape_problems()
+        rep = self.isoflop.replicates if self.isoflop is not None else None
+        for i, seed in enumerate(rep.seeds if rep is not None else []):
+            if seed in self.train.seeds:
+                problems.append((("isoflop", "replicates", "seeds", i), "is already one of "
+                                 f"train.seeds {self.train.seeds}", seed))
+        held = self.isoflop.holdout if self.isoflop is not None else None
+        for i, seed in enumerate(held.seeds or [] if held is not None else []):
+            if seed in self.train.seeds:
+                problems.append((("isoflop", "holdout", "seeds", i), "is already one of "
+                                 f"train.seeds {self.train.seeds}", seed))
+        runs, how = self._plan_size()
+        if not problems and runs > MAX_RUNS:
+            problems.append(((self.kind,), f"plans {how} = {runs:,} runs; at most {MAX_RUNS:,}",
+                             _NO_VALUE))
+        _raise_if(problems)
+        return self
+
+    def _shape_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        """Depths beyond shape.max_depth and d_model values that head_dim does not divide."""
+        hd, max_depth = self.shape.head_dim, self.shape.max_depth
+        out: list[tuple[tuple[str | int, ...], str, object]] = []
+
+        def depth(loc: tuple[str | int, ...], value: int) -> None:
+            if value > max_depth:
+                out.append((loc, f"depth is above shape.max_depth={max_depth}", value))
+
+        def width(loc: tuple[str | int, ...], value: int) -> None:
+            if value % hd:
+                out.append((loc, f"is not a multiple of shape.head_dim={hd}", value))
+
+        def knob_width(loc: tuple[str | int, ...], value: int) -> None:
+            if value > self.shape.max_width:
+                out.append((loc, f"width is above shape.max_width={self.shape.max_width}",
+                             value))
+            elif round(value * hd / self.shape.aspect_ratio) > max_depth:
+                out.append((loc, f"width gives more than shape.max_depth={max_depth} layers",
+                             value))
+
+        section = self.isoflop or self.grid
+        if section is not None:
+            where = (self.kind, "sizes")
+            for i, d in enumerate(section.sizes.depths or []):
+                depth((*where, "depths", i), d)
+            for i, w in enumerate(section.sizes.widths or []):
+                knob_width((*where, "widths", i), w)
+            for i, s in enumerate(section.sizes.shapes or []):
+                width((*where, "shapes", i, "d_model"), s.d_model)
+        for i, r in enumerate(self.runs or []):
+            if r.depth is not None:
+                depth(("runs", i, "depth"), r.depth)
+            if r.d_model is not None:
+                width(("runs", i, "d_model"), r.d_model)
+        if self.runs is not None:
+            out += _duplicates(self.runs, "runs")
+        return out
+
+    def planned_runs(self) -> int:
+        """Cells x seeds before any cell is skipped (an upper bound on the plan's size)."""
+        return self._plan_size()[0]
+
+    def _plan_size(self) -> tuple[int, str]:
+        if self.isoflop is not None:
+            factors = {"budgets": len(self.isoflop.budgets),
+                       "sizes": self.isoflop.sizes.size_count()}
+        elif self.grid is not None:
+            factors = {"token counts": len(self.grid.tokens),
+                       "sizes": self.grid.sizes.size_count()}
+        else:
+            factors = {"runs": len(self.runs or [])}
+        factors["seeds"] = len(self.train.seeds)
+        if self.train.lrs is not None:
+            factors["learning rates"] = len(self.train.lrs)
+        if self.train.schedules is not None:
+            factors["schedules"] = len(self.train.schedules)
+        if self.train.variants is not None:
+            factors["recipes"] = 1 + len(self.train.variants)
+        total = 1
+        for n in factors.values():
+            total *= n
+        how = " x ".join(f"{n} {what}" for what, n in factors.items())
+        rep = self.isoflop.replicates if self.isoflop is not None else None
+        if rep is not None:  # extra seeds on some budgets: same factors, those budgets only
+            extra = total // len(self.isoflop.budgets) * len(rep.budgets) * len(rep.seeds)
+            extra //= len(self.train.seeds)
+            total += extra
+            how += f" + {extra} replicate(s)"
+        return total, how

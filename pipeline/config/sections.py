@@ -1,0 +1,388 @@
+"""The sections of a sweep file: shape, data, train, resources, and the isoflop / grid /
+runs plans."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from pipeline.config.base import (
+    _NO_VALUE,
+    MAX_COUNT,
+    MAX_D_MODEL,
+    MAX_LAYERS,
+    PosFloat,
+    PosInt,
+    Strict,
+    _duplicates,
+    _Problems,
+    _raise_if,
+    _unused,
+)
+from pipeline.recipe import ScalingRecipe
+from pipeline.spec import DataSpec
+
+
+class ShapeSection(Strict):
+    """The shape rule of pipeline.families: depth -> d_model = aspect_ratio * depth."""
+
+    aspect_ratio: Annotated[float, Field(gt=0, le=4096)] = 16.0
+    """d_model / n_layer before rounding up to a multiple of head_dim."""
+    head_dim: Annotated[int, Field(ge=2, le=4096)] = 16
+    """Fixed attention head size (even: rotary embeddings rotate pairs)."""
+    gqa_ratio: Annotated[int, Field(ge=1, le=4096)] = 2
+    """llama: target n_heads / n_kv_heads."""
+    ffn_multiple: Annotated[int, Field(ge=1, le=65536)] = 16
+    """llama: SwiGLU hidden width is rounded up to a multiple of this."""
+    max_depth: Annotated[int, Field(ge=1, le=MAX_LAYERS)] = 64
+    """Largest depth the rule may produce."""
+    knob: Literal["depth", "width"] = "depth"
+    """The size knob that sizes.count scans: depth (n_layer; d_model = aspect_ratio * depth)
+    or width (d_model = width * head_dim; n_layer = d_model / aspect_ratio, rounded), which
+    steps N ~1.5x at a time instead of ~2.5x at CPU scale."""
+    max_width: Annotated[int, Field(ge=1, le=MAX_D_MODEL)] = 512
+    """Largest width (in head_dim units) the width knob may produce."""
+
+    @model_validator(mode="after")
+    def _even_head_dim(self) -> ShapeSection:
+        if self.head_dim % 2:
+            _raise_if([(("head_dim",), "must be even", self.head_dim)])
+        return self
+
+
+_HF_SPEC = re.compile(r"hf:[^:]+(?::[^:]*){0,2}")  # as pipeline.data.settings._parse_hf_spec reads it
+
+
+_DATA_DEFAULTS = DataSpec()  # the one source of the data settings' defaults
+
+
+class DataSection(Strict):
+    corpus: str = _DATA_DEFAULTS.corpus
+    """"stdlib" (the interpreter's standard library sources), a text file, directory or glob
+    (relative to the sweep file; "path:" prefix optional, needed for a file named "stdlib"),
+    or "hf:<dataset>[:<split>][:<field>]"."""
+    tokenizer: Literal["bytes", "chars", "bpe"] = _DATA_DEFAULTS.tokenizer  # type: ignore[assignment]
+    """Tokenizer; bytes has vocabulary 256."""
+    bpe_vocab_size: Annotated[int, Field(ge=260, le=65535)] = _DATA_DEFAULTS.bpe_vocab_size
+    """Vocabulary size of the BPE tokenizer (only with tokenizer: bpe)."""
+    seq_len: Annotated[int, Field(ge=2, le=65536)] = 128
+    """Context length in tokens."""
+    val_fraction: Annotated[float, Field(gt=0, lt=0.5)] = _DATA_DEFAULTS.val_fraction
+    """Fraction of documents held out for validation."""
+    max_bytes: PosInt | None = _DATA_DEFAULTS.max_bytes
+    """Optional cap on the corpus size in bytes (for quick trials)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DataSection:
+        problems = []
+        c = self.corpus
+        if not c.strip() or c.removeprefix("path:") == "":
+            problems.append((("corpus",), "must name a corpus", c))
+        elif c != c.strip():
+            problems.append((("corpus",), "has leading or trailing spaces", c))
+        elif any(ord(ch) < 32 or ord(ch) == 127 for ch in c):
+            problems.append((("corpus",), "contains a control character", c))
+        elif c.startswith("hf:") and not _HF_SPEC.fullmatch(c):
+            problems.append((("corpus",), "expected hf:<dataset>[:<split>][:<text_field>]", c))
+        if self.tokenizer != "bpe":
+            problems += _unused(self, ("bpe_vocab_size",), f"with tokenizer {self.tokenizer!r}")
+        _raise_if(problems)
+        return self
+
+
+class TrainSection(Strict):
+    batch_size: PosInt = 16
+    """Sequences per optimizer step (with batch_rule_steps: the reference batch, at which the
+    peak LR is `lr` and evaluation uses eval_batches batches)."""
+    batch_rule_steps: PosInt | None = None
+    """A batch that grows with the run's tokens D: each run takes the power of two nearest
+    (in log) to D / (seq_len * batch_rule_steps) sequences, clipped to [batch_min, batch_max],
+    so every run takes about this many steps. At a fixed budget the small models (many tokens)
+    then take large batches and the large ones (few tokens) more, smaller steps, as the recipe
+    ablation of docs/recipes.md found best. null: every run uses batch_size."""
+    batch_min: PosInt = 1
+    """batch_rule_steps only: the smallest batch (a power of two)."""
+    batch_max: PosInt = 128
+    """batch_rule_steps only: the largest batch (a power of two dividing the
+    eval_batches * batch_size evaluation sequences, which every run keeps)."""
+    lr_batch_exponent: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """batch_rule_steps only: scale the peak LR by (batch / batch_size) ** exponent (0.5: the
+    square-root rule for Adam, Malladi et al. 2022; 0: the same LR at every batch)."""
+    lr: Annotated[float, Field(gt=0, le=1.0)] = 3e-3
+    """Peak learning rate at the reference width."""
+    lrs: Annotated[list[Annotated[float, Field(gt=0, le=1.0)]], Field(min_length=1)] | None = None
+    """A tuning sweep: one run per peak LR per cell (replaces `lr`)."""
+    lr_width_exponent: Annotated[float, Field(ge=0, le=2)] = 0.0
+    """Scale the peak LR with width: lr * (lr_reference_d_model / d_model) ** exponent."""
+    lr_reference_d_model: PosInt = 64
+    """Width at which the peak LR equals `lr`."""
+    warmup_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    """Warmup length as a fraction of each run's steps."""
+    warmup_min_steps: Annotated[int, Field(ge=0)] = 0
+    """Warmup at least this many steps, but at most a fifth of the run (short runs whose
+    fractional warmup is a few dozen steps start unstably; docs/recipes.md)."""
+    schedule: Literal["cosine", "wsd", "constant"] = "cosine"
+    """cosine decays over exactly each run's steps (Chinchilla: cosine length matches D)."""
+    schedules: Annotated[list[Literal["cosine", "wsd", "constant"]],
+                         Field(min_length=1)] | None = None
+    """A schedule comparison: one run per schedule per cell (replaces `schedule`)."""
+    decay_fraction: Annotated[float, Field(gt=0, le=1)] = 0.2
+    """wsd only: fraction of steps in the final linear decay."""
+    wsd_reuse: bool = False
+    """wsd only: the wsd runs of one shape (same seed and LR) share one trunk, the longest
+    run; each shorter run starts from the trunk's state where its own decay begins, so only
+    its decay is trained (same result as training it alone, bit for bit). Warmup then
+    follows the longest run (warmup_fraction of its steps) for all of them."""
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
+    """Final LR as a fraction of the peak."""
+    weight_decay: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """AdamW decoupled weight decay on matrices."""
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
+    grad_clip: Annotated[float, Field(ge=0)] = 1.0
+    """Global gradient-norm clip (0 disables)."""
+    seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]], Field(min_length=1)] = [0]
+    """One run per seed for every cell."""
+    evals_per_run: PosInt = 8
+    """Evaluations along each run (plus one at the end)."""
+    eval_batches: PosInt = 8
+    """Fixed validation batches per evaluation."""
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+    min_steps: PosInt = 20
+    """Cells with fewer optimizer steps are reported as skipped, not trained."""
+    variants: Annotated[list[dict[str, Any]], Field(min_length=1)] | None = None
+    """An ablation: every cell is also trained with each variant, a mapping of the recipe
+    keys above to other values (e.g. {batch_size: 16}), besides the recipe itself."""
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainSection:
+        problems = _duplicates(self.seeds, "seeds") + _duplicates(self.lrs or [], "lrs")
+        if self.lrs is not None and "lr" in self.model_fields_set:
+            problems.append((("lr",), "is replaced by lrs; give one of them", self.lr))
+        problems += _duplicates(self.schedules or [], "schedules")
+        if self.schedules is not None and "schedule" in self.model_fields_set:
+            problems.append((("schedule",), "is replaced by schedules; give one of them",
+                             self.schedule))
+        problems += self._variant_problems() + self._batch_rule_problems()
+        if "wsd" not in self.schedule_list():
+            problems += _unused(self, ("decay_fraction", "wsd_reuse"),
+                                f"without schedule 'wsd' (schedule {self.schedule!r})"
+                                if self.schedules is None else
+                                f"without 'wsd' in schedules {self.schedules}")
+        elif self.warmup_fraction + self.decay_fraction > 1:
+            problems.append((("decay_fraction",), "warmup_fraction + decay_fraction exceeds 1 "
+                             f"(warmup_fraction is {self.warmup_fraction})", self.decay_fraction))
+        _raise_if(problems)
+        return self
+
+    def _batch_rule_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        if self.batch_rule_steps is None:
+            return _unused(self, ("batch_min", "batch_max", "lr_batch_exponent"),
+                           "without batch_rule_steps")
+        out: list[tuple[tuple[str | int, ...], str, object]] = []
+        for name in ("batch_min", "batch_max"):
+            value = getattr(self, name)
+            if value & (value - 1):
+                out.append(((name,), "must be a power of two", value))
+        if self.batch_min > self.batch_max:
+            out.append((("batch_min",), f"exceeds batch_max ({self.batch_max})", self.batch_min))
+        eval_sequences = self.eval_batches * self.batch_size
+        if eval_sequences % self.batch_max:
+            out.append((("batch_max",), "must divide the evaluation's eval_batches * "
+                        f"batch_size = {eval_sequences} sequences (every run evaluates the "
+                        "same text)", self.batch_max))
+        if self.wsd_reuse:
+            out.append((("wsd_reuse",), "cannot share trunks between runs whose batch differs "
+                        "(batch_rule_steps is set)", self.wsd_reuse))
+        return out
+
+    def scaling_recipe(self) -> ScalingRecipe:
+        """The rules this section's numbers feed (pipeline/recipe.py)."""
+        return ScalingRecipe(**{f.name: getattr(self, f.name) for f in fields(ScalingRecipe)})
+
+    def batch_for(self, tokens: float, seq_len: int) -> int:
+        """Sequences per step of a run of `tokens` tokens (ScalingRecipe.batch_for)."""
+        return self.scaling_recipe().batch_for(tokens, seq_len)
+
+    def schedule_list(self) -> list[str]:
+        return list(self.schedules) if self.schedules is not None else [self.schedule]
+
+    def recipes(self) -> list[TrainSection]:
+        """The recipe, then one per variant (each validated as a whole train section)."""
+        base = self.model_dump(exclude={"variants"}, exclude_unset=True)
+        return [self] + [TrainSection.model_validate({**base, **v}) for v in self.variants or []]
+
+    def _variant_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        out: list[tuple[tuple[str | int, ...], str, object]] = []
+        allowed = sorted(set(TrainSection.model_fields) - VARIANT_EXCLUDED)
+        base = self.model_dump(exclude={"variants"}, exclude_unset=True)
+        for i, variant in enumerate(self.variants or []):
+            bad = [k for k in variant if k not in allowed]
+            for key in bad:
+                out.append((("variants", i, key), "cannot vary here; a variant may set "
+                            f"{', '.join(allowed)}", variant[key]))
+            if bad:
+                continue
+            try:
+                TrainSection.model_validate({**base, **variant})
+            except ValidationError as e:
+                for err in e.errors():
+                    cause = (err.get("ctx") or {}).get("error")
+                    if isinstance(cause, _Problems):
+                        out += [(("variants", i, *loc), msg, v) for loc, msg, v in cause.problems]
+                    else:
+                        out.append((("variants", i, *err["loc"]), err["msg"],
+                                    err.get("input", _NO_VALUE)))
+        return out
+
+
+VARIANT_EXCLUDED = {"variants", "seeds", "lrs", "schedules", "min_steps"}
+"""Train keys a variant cannot set: what multiplies the plan already, and the planner's floor."""
+
+
+class ResourcesSection(Strict):
+    num_cpus: PosInt = 1
+    """CPUs per run (whole numbers: a run gets this many torch threads)."""
+    num_gpus: Annotated[float, Field(ge=0, le=64)] = 0.0
+    """GPUs per run; fractions (e.g. 0.25) pack several small runs on one GPU."""
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 2
+    """Ray retries of a run whose worker process or node died."""
+    checkpoint_interval: Annotated[int, Field(ge=0)] = 0
+    """Checkpoint every this many steps (0: at every evaluation)."""
+
+
+class ShapeOverride(Strict):
+    n_layer: Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+    d_model: Annotated[int, Field(ge=1, le=MAX_D_MODEL)]
+
+
+class SizesSection(Strict):
+    """Which model sizes a budget (or the grid) uses: one of depths, widths, shapes, count."""
+
+    depths: Annotated[list[PosInt], Field(min_length=1)] | None = None
+    """Explicit depths of the shape rule (each <= shape.max_depth)."""
+    widths: Annotated[list[PosInt], Field(min_length=1)] | None = None
+    """Explicit widths of the shape rule's width knob (d_model = width * head_dim)."""
+    shapes: Annotated[list[ShapeOverride], Field(min_length=1)] | None = None
+    """Explicit shapes (n_layer, d_model); d_model must be a multiple of shape.head_dim."""
+    count: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
+    """isoflop only: this many sizes spread in log N around the guess of the optimum."""
+    span: Annotated[float, Field(gt=1, le=1e6)] = 8.0
+    """With count: ratio of the largest to the smallest target N."""
+    tokens_per_param: Annotated[float, Field(gt=0, le=1e6)] = 20.0
+    """With count: the guess N* = sqrt(C / (6 * tokens_per_param)) (Chinchilla: 20)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> SizesSection:
+        given = [n for n in ("depths", "widths", "shapes", "count")
+                 if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of depths, widths, shapes, count "
+                f"({' and '.join(given) + ' given' if given else 'none given'})"
+            )
+        problems = _duplicates(self.depths or [], "depths")
+        problems += _duplicates(self.widths or [], "widths")
+        problems += _duplicates(self.shapes or [], "shapes")
+        if self.count is None:
+            problems += _unused(self, ("span", "tokens_per_param"), "without count")
+        _raise_if(problems)
+        return self
+
+    def size_count(self) -> int:
+        return len(self.depths or self.widths or self.shapes or []) or (self.count or 0)
+
+
+class ReplicatesSection(Strict):
+    """Run-to-run noise: the cells of some budgets trained again with other seeds."""
+
+    seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]], Field(min_length=1)]
+    """Extra seeds (besides train.seeds) for every cell of the budgets below."""
+    budgets: Annotated[list[PosFloat], Field(min_length=1)]
+    """Which of isoflop.budgets get the extra seeds."""
+
+
+class HoldoutSection(Strict):
+    """Held-out budgets: trained after the main budgets at the size the main fit predicts
+    optimal, kept out of every fit, and reported against the fit's prediction."""
+
+    budgets: Annotated[list[PosFloat], Field(min_length=1)]
+    """Compute budgets C in FLOPs, usually about 3x above the largest main budget."""
+    count: Annotated[int, Field(ge=1, le=9)] = 1
+    """Sizes per held-out budget: the ladder rung nearest the predicted N_opt, and its
+    nearest neighbours for count > 1."""
+    seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]],
+                     Field(min_length=1)] | None = None
+    """Extra seeds (besides train.seeds) for the held-out runs: the prediction is checked
+    against the mean over seeds, since one run scatters by the run-to-run noise."""
+
+
+class IsoflopSection(Strict):
+    budgets: Annotated[list[PosFloat], Field(min_length=1)]
+    """Compute budgets C in FLOPs (under flops_convention)."""
+    sizes: SizesSection
+    """Model sizes trained at every budget."""
+    replicates: ReplicatesSection | None = None
+    """Optional: extra seeds for some budgets, to measure run-to-run noise."""
+    holdout: HoldoutSection | None = None
+    """Optional: held-out budgets, planned from the fit of the main budgets."""
+
+    @model_validator(mode="after")
+    def _check(self) -> IsoflopSection:
+        problems = _duplicates(self.budgets, "budgets")
+        if self.replicates is not None:
+            problems += [(("replicates",) + loc, msg, v) for loc, msg, v in
+                         _duplicates(self.replicates.seeds, "seeds")
+                         + _duplicates(self.replicates.budgets, "budgets")]
+            for i, b in enumerate(self.replicates.budgets):
+                if b not in self.budgets:
+                    problems.append((("replicates", "budgets", i), "is not one of budgets "
+                                     f"{self.budgets}", b))
+        if self.holdout is not None:
+            problems += [(("holdout",) + loc, msg, v) for loc, msg, v in
+                         _duplicates(self.holdout.budgets, "budgets")
+                         + _duplicates(self.holdout.seeds or [], "seeds")]
+            for i, b in enumerate(self.holdout.budgets):
+                if b in self.budgets:
+                    problems.append((("holdout", "budgets", i), "is also a main budget; a "
+                                     "held-out budget must differ from every fitted one", b))
+        _raise_if(problems)
+        return self
+
+
+class GridSection(Strict):
+    sizes: SizesSection
+    """Model sizes (depths or shapes)."""
+    tokens: Annotated[list[PosFloat], Field(min_length=1)]
+    """Token counts D; every size is trained at every D."""
+
+    @model_validator(mode="after")
+    def _check(self) -> GridSection:
+        problems = _duplicates(self.tokens, "tokens")
+        if self.sizes.count is not None:
+            problems.append((("sizes", "count"), "is for isoflop sweeps only; give depths or "
+                             "shapes", self.sizes.count))
+        _raise_if(problems)
+        return self
+
+
+class RunEntry(Strict):
+    n_layer: Annotated[int, Field(ge=1, le=MAX_LAYERS)] | None = None
+    d_model: Annotated[int, Field(ge=1, le=MAX_D_MODEL)] | None = None
+    depth: PosInt | None = None
+    """Use the shape rule instead of (n_layer, d_model)."""
+    tokens: PosFloat
+    """Training tokens D."""
+
+    @model_validator(mode="after")
+    def _shape_given(self) -> RunEntry:
+        explicit = self.n_layer is not None or self.d_model is not None
+        if self.depth is not None and explicit:
+            raise ValueError("give either depth or (n_layer, d_model), not both")
+        if self.depth is None and (self.n_layer is None or self.d_model is None):
+            raise ValueError("give depth, or both n_layer and d_model")
+        return self

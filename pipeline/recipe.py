@@ -1,0 +1,115 @@
+"""The training recipe's rules in one place: peak LR with width and batch, warmup, batch, schedule.
+
+Like marin's ScalingRecipe: the numbers a sweep file sets (its `train` section) live in
+pipeline.config.TrainSection; the rules that turn them into one run's values live here, each
+with the measurement it comes from (docs/recipes.md). The planner (pipeline.grid) resolves a
+run's peak LR, warmup and batch through `ScalingRecipe`; the training loop (pipeline.train)
+reads the LR of each step from `lr_at`. Pure Python: no torch, no pydantic.
+
+Changing a rule here changes the resolved TrainSpec, hence every run_id it touches
+(tests/test_snapshots.py pins them): regenerate the snapshot on purpose and say why.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class ScalingRecipe:
+    """How a sweep's train section becomes one run's peak LR, warmup steps and batch size.
+
+    Field defaults are those of pipeline.config.TrainSection (the schema's defaults).
+    """
+
+    batch_size: int = 16
+    """The reference batch (sequences per step): the peak LR is the base LR there, and every
+    run evaluates eval_batches * batch_size sequences."""
+    lr_reference_d_model: int = 64
+    """Width at which the peak LR equals the base LR."""
+    lr_width_exponent: float = 0.0
+    """Peak LR x (lr_reference_d_model / d_model) ** exponent. Measurement: the best LR falls
+    roughly as 1/d_model (docs/recipes.md, "Learning rate": lr_tuning.yaml, 4 sizes x 4 LRs
+    at C = 2e11; exponent 1.0 at reference d 32 lands within ~2x of every optimum)."""
+    lr_batch_exponent: float = 0.0
+    """Peak LR x (batch / batch_size) ** exponent, for runs whose batch a batch rule picks.
+    0.5 is the square-root rule for Adam (Malladi et al. 2022). Measurement: with the batch
+    rule, sqrt scaling kept every cell near the optimum within 0.01 nats and fitted the
+    IsoFLOP parabolas 20-30% closer (docs/recipes.md, "A batch that grows with the run's
+    tokens"). At the reference batch the factor is exactly 1, so fixed-batch runs keep their
+    run_id."""
+    warmup_fraction: float = 0.05
+    """Warmup = int(warmup_fraction x steps). Measurement: on 1,000-8,000-step runs 1% ties
+    with 5% and 20% costs 0.015 nats (docs/recipes.md, "Batch size, warmup, weight decay")."""
+    warmup_min_steps: int = 0
+    """A warmup floor for short runs, never above a fifth of the run. Measurement: ~500-step
+    runs with a 25-step warmup scattered 0.1 nats between seeds; a 4x longer warmup cut that
+    to 0.013 and the loss by 0.06-0.08 (docs/recipes.md, "Warmup of short runs"; the shipped
+    floor is 100)."""
+    batch_rule_steps: int | None = None
+    """A batch that grows with the run's tokens D: the power of two nearest (in log) to
+    D / (seq_len x batch_rule_steps) sequences, clipped to [batch_min, batch_max]; None: every
+    run takes batch_size. Measurement: at a fixed budget the small models gained from larger
+    batches and the large ones from smaller, both towards ~4,000 steps; the rule lowered the
+    large models' loss at small budgets by up to 0.18 nats (docs/recipes.md, batch_tuning)."""
+    batch_min: int = 1
+    """batch_rule_steps only: the smallest batch (a power of two)."""
+    batch_max: int = 128
+    """batch_rule_steps only: the largest batch (a power of two)."""
+
+    def batch_for(self, tokens: float, seq_len: int) -> int:
+        """Sequences per step of a run of `tokens` tokens (batch_rule_steps, or batch_size)."""
+        if self.batch_rule_steps is None:
+            return self.batch_size
+        ideal = tokens / (seq_len * self.batch_rule_steps)
+        batch = 2 ** round(math.log2(ideal)) if ideal > 0 else 1
+        return min(max(batch, self.batch_min), self.batch_max)
+
+    def peak_lr(self, base_lr: float, d_model: int, batch: int) -> float:
+        """The run's peak LR: base_lr scaled with width, then with the batch."""
+        lr = base_lr * (self.lr_reference_d_model / d_model) ** self.lr_width_exponent
+        lr *= (batch / self.batch_size) ** self.lr_batch_exponent
+        return lr
+
+    def warmup_steps(self, steps: int) -> int:
+        """Warmup of a run whose schedule spans `steps` steps (its own, or the trunk's for
+        WSD runs sharing one): the fraction, raised to the floor, the floor capped at a fifth."""
+        warmup = int(self.warmup_fraction * steps)
+        if self.warmup_min_steps:
+            warmup = max(warmup, min(self.warmup_min_steps, steps // 5))
+        return warmup
+
+    def eval_batches(self, eval_batches: int, batch: int) -> int:
+        """Evaluation batches at `batch`: the same eval_batches x batch_size sequences for
+        every run, whatever its batch (sizes compare on the same text)."""
+        return eval_batches * self.batch_size // batch
+
+
+def lr_at(step: int, spec: RunSpec) -> float:
+    """Learning rate for optimizer step `step` (0-based) of a run of spec.steps steps.
+
+    Linear warmup to the peak, then: cosine to min_lr_ratio x peak landing exactly on the last
+    step (Chinchilla: a cosine longer than the run overestimates short runs' loss); constant;
+    or warmup-stable-decay with a linear decay over the last decay_fraction of the steps.
+    """
+    t, n = spec.train, spec.steps
+    peak, floor = t.lr, t.lr * t.min_lr_ratio
+    if step < t.warmup_steps:
+        return peak * (step + 1) / t.warmup_steps
+    if t.schedule == "constant":
+        return peak
+    if t.schedule == "wsd":
+        decay_start = t.decay_start(n)
+        if step < decay_start:
+            return peak
+        frac = (step - decay_start + 1) / max(1, n - decay_start)
+        return peak + (floor - peak) * frac
+    # cosine from the end of warmup to the last step, landing exactly on floor at step n-1
+    span = max(1, n - 1 - t.warmup_steps)
+    frac = min(1.0, (step - t.warmup_steps) / span)
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * frac))

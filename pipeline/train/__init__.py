@@ -1,0 +1,364 @@
+"""One training run: train(spec, tracker) -> RunResult.
+
+Imports neither Ray nor MLflow: the tracker object is handed in (pipeline.tracking has the
+MLflow one; NullTracker here records nothing). The recipe:
+  1. data: tokens from pipeline.data (memmap), batches a pure function of (seed, step)
+  2. model: pipeline.model.Transformer from the resolved ModelConfig
+  3. AdamW, decoupled weight decay on matrices only; global-norm gradient clipping
+  4. schedule: linear warmup, then cosine to min_lr_ratio x peak over exactly the planned
+     steps (Chinchilla: the cosine length matches D), or warmup-stable-decay
+  5. validation loss (nats/token) and bits/byte on fixed batches every eval_interval steps
+  6. checkpoints every checkpoint_interval steps and at the end; resume continues from one
+  7. a non-finite loss ends the run with status "diverged" at the step it happened
+
+CLI (pipeline/train/cli.py): python -m pipeline.train --family gpt --n-layer 2 --d-model 64 --tokens 2e6
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from pipeline import checkpoint, flops, keys
+from pipeline.data import TokenData, eval_batches, get_batch, load_data  # load_data: re-exported
+from pipeline.model import Transformer
+from pipeline.recipe import lr_at
+from pipeline.spec import RunSpec, branch_folder
+
+
+class Tracker(Protocol):
+    """What the trainer needs from a tracker (pipeline.tracking.MLflowTracker implements it)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_summary(self, metrics: dict[str, float]) -> None: ...
+    def set_tags(self, tags: dict[str, str]) -> None: ...
+
+
+class NullTracker:
+    """Keeps metrics in memory; for tests and for calling train() without MLflow."""
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int, dict[str, float]]] = []
+        self.summary: dict[str, float] = {}
+        self.tags: dict[str, str] = {}
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.metrics.append((step, dict(metrics)))
+
+    def log_summary(self, metrics: dict[str, float]) -> None:
+        self.summary.update(metrics)
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        self.tags.update(tags)
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str  # keys.STATUS_FINISHED or keys.STATUS_DIVERGED
+    steps: int  # optimizer steps completed
+    tokens: int  # D actually consumed
+    params_total: int
+    params_non_embedding: int
+    flops: dict[str, float]  # training FLOPs under each convention of pipeline.flops
+    final_val_loss: float = math.nan
+    final_val_bpb: float = math.nan
+    final_train_loss: float = math.nan
+    wall_s: float = 0.0
+    tokens_per_s: float = 0.0
+    diverged_step: int | None = None
+    resumed_from: int | None = None  # step of the checkpoint this attempt started from
+    curve: dict[str, list[float]] = field(default_factory=dict)  # step, tokens, val_loss
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) -> torch.optim.AdamW:
+    # Decay matrices (linear weights, embeddings); never norms or biases (AdamW, Loshchilov 2019).
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": spec.train.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    t = spec.train
+    # One fused kernel for all parameter updates (CPU and CUDA; CPU needs torch >= 2.4):
+    # +8% per step at 20k parameters on CPU, neutral from 500k (BENCHMARKS.md).
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=True)
+
+
+def _autocast(spec: RunSpec, device: torch.device):
+    use_bf16 = spec.train.precision == "bf16" or (
+        spec.train.precision == "auto" and device.type == "cuda"
+    )
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, batches, spec: RunSpec, device: torch.device) -> float:
+    """Mean validation cross-entropy (nats/token) over the fixed eval batches."""
+    model.eval()
+    total = torch.zeros((), device=device)
+    for x, y in batches:
+        with _autocast(spec, device):
+            _, loss = model(x, y)
+        total += loss.float()
+    model.train()
+    return (total / len(batches)).item()
+
+
+def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:
+    """The trunk's state a WSD branch starts from, checked; None (with a warning) if absent.
+
+    Absent (the trunk's checkpoints were deleted, or it ran elsewhere): the branch trains
+    from step 0, which gives the same result bit for bit, only at full cost.
+    """
+    state = checkpoint.load_latest(branch_dir, map_location="cpu")
+    if state is None:
+        warnings.warn(f"run {spec.run_id}: no trunk state in {branch_dir} (trunk "
+                      f"{spec.exec.branch_from}); training from step 0 instead (same result, "
+                      "full cost)", stacklevel=2)
+        return None
+    if int(state["step"]) != spec.exec.branch_step:
+        raise ValueError(f"run {spec.run_id}: the trunk state in {branch_dir} is at step "
+                         f"{state['step']}, the branch starts at {spec.exec.branch_step}")
+    return state
+
+
+@dataclass
+class _Run:
+    """One run's training state, and the two things done with it along the way: record an
+    evaluation (curve + tracker) and save a checkpoint."""
+
+    spec: RunSpec
+    tracker: Tracker
+    model: Transformer
+    optimizer: torch.optim.AdamW
+    device: torch.device
+    evals: list
+    bytes_per_token: float
+    checkpoint_dir: str | Path | None
+    curve: dict[str, list[float]] = field(
+        default_factory=lambda: {"step": [], "tokens": [], "val_loss": []})
+    last_train_loss: float = math.nan
+    wall_before: float = 0.0
+    """Wall seconds of the attempts before this one (from the checkpoint resumed)."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.spec.train.batch_size * self.spec.model.seq_len
+
+    def save_checkpoint(self, step: int, wall: float, folder: str | Path | None = None) -> None:
+        folder = self.checkpoint_dir if folder is None else folder
+        if folder is None:
+            return
+        checkpoint.save(folder, step, {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(), "step": step, "curve": self.curve, "wall_s": wall,
+            "train_loss": self.last_train_loss, "run_id": self.spec.run_id,
+        })
+
+    def record_eval(self, step: int) -> float:
+        val = evaluate(self.model, self.evals, self.spec, self.device)
+        self.curve["step"].append(step)
+        self.curve["tokens"].append(step * self.tokens_per_step)
+        self.curve["val_loss"].append(val)
+        self.tracker.log_metrics({
+            keys.VAL_LOSS: val, keys.VAL_BPB: val / math.log(2) * (1 / self.bytes_per_token),
+            keys.TOKENS: step * self.tokens_per_step,
+        }, step)
+        return val
+
+    def restore(self, resume: bool, branch_dir: str | Path | None) -> int | None:
+        """Load the newest checkpoint (resume), else a WSD branch's trunk state; returns its
+        step (None: nothing to load) and sets curve, train loss and wall_before."""
+        state = None
+        if resume and self.checkpoint_dir is not None:
+            # Loaded on the CPU: torch.set_rng_state needs a CPU tensor (a CUDA map_location
+            # broke resuming on GPUs); load_state_dict moves model and optimizer state over.
+            state = checkpoint.load_latest(self.checkpoint_dir, map_location="cpu")
+        if state is None and branch_dir is not None:
+            state = _branch_state(branch_dir, self.spec)  # a WSD branch starts from its trunk
+        if state is None:
+            return None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+        self.curve = {k: list(v) for k, v in state["curve"].items()}
+        self.last_train_loss = float(state.get("train_loss", math.nan))
+        self.wall_before = float(state["wall_s"])
+        return int(state["step"])
+
+
+def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> TokenData:
+    """The run's tokens (loaded if not handed in), checked against the model's vocabulary,
+    their fingerprints tagged (provenance: exactly which tokens this run saw)."""
+    data = data or load_data(spec.data)
+    if data.vocab_size != spec.model.vocab_size:
+        raise ValueError(
+            f"model vocab_size={spec.model.vocab_size} does not match the tokenizer's "
+            f"{data.vocab_size} ({spec.data.tokenizer})"
+        )
+    tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
+                      keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
+    return data
+
+
+def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor, float]:
+    """One optimizer step at the schedule's LR; returns the (device) loss and the LR."""
+    spec, t, model, optimizer = run.spec, run.spec.train, run.model, run.optimizer
+    lr = lr_at(step, spec)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device)
+    with _autocast(spec, run.device):
+        _, loss = model(x, y)
+    loss.backward()
+    if t.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip, foreach=True)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss, lr
+
+
+def _result(run: _Run, steps_done: int, wall: float, resumed_from: int | None) -> RunResult:
+    """The run's counts after steps_done steps (losses of the final eval are added after)."""
+    cfg, tokens = run.spec.model, steps_done * run.tokens_per_step
+    return RunResult(
+        run_id=run.spec.run_id, status=keys.STATUS_FINISHED, steps=steps_done, tokens=tokens,
+        params_total=flops.params_total(cfg), params_non_embedding=flops.params_non_embedding(cfg),
+        flops={c: flops.flops_per_token(cfg, c) * tokens for c in flops.CONVENTIONS},
+        final_train_loss=run.last_train_loss, wall_s=wall, resumed_from=resumed_from,
+        # Over the attempt chain (as wall_s): a resume from the final checkpoint trains 0 steps.
+        tokens_per_s=tokens / max(wall, 1e-9),
+    )
+
+
+def _log_summary(tracker: Tracker, result: RunResult) -> None:
+    """The run's final numbers as MLflow summary metrics (non-finite losses left out)."""
+    summary = {
+        keys.FINAL_TOKENS: result.tokens, keys.FINAL_STEPS: result.steps,
+        keys.FINAL_WALL_S: result.wall_s, keys.FINAL_TOKENS_PER_S: result.tokens_per_s,
+        keys.PARAMS_TOTAL: result.params_total,
+        keys.PARAMS_NON_EMBEDDING: result.params_non_embedding,
+        **{keys.flops_key(c): v for c, v in result.flops.items()},
+    }
+    for key, value in ((keys.FINAL_VAL_LOSS, result.final_val_loss),
+                       (keys.FINAL_VAL_BPB, result.final_val_bpb),
+                       (keys.FINAL_TRAIN_LOSS, result.final_train_loss)):
+        if math.isfinite(value):
+            summary[key] = value
+    tracker.log_summary(summary)
+
+
+def train(
+    spec: RunSpec,
+    tracker: Tracker | None = None,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    resume: bool = True,
+    data: TokenData | None = None,
+    on_step: Callable[[int], None] | None = None,
+    branch_dir: str | Path | None = None,
+) -> RunResult:
+    """Train one run to spec.steps steps (or until divergence) and return its result.
+
+    checkpoint_dir: where checkpoints go (none are written when None). With resume=True the
+    newest good checkpoint there is loaded first. branch_dir (WSD reuse, a branch run): with
+    no checkpoint of its own, the run starts from the trunk's state saved there at step
+    spec.exec.branch_step (see branch_folder). on_step(step) is called after every
+    optimizer step, once its eval and checkpoint (if due) are done (used by fault-injection
+    tests and progress reporting).
+    """
+    tracker = tracker or NullTracker()
+    t, cfg = spec.train, spec.model
+    torch.set_num_threads(spec.exec.threads)
+    device = pick_device(spec.exec.device)
+    data = _checked_data(spec, data, tracker)
+    torch.manual_seed(t.seed)
+    model = Transformer(cfg).to(device)
+    run = _Run(spec, tracker, model, make_optimizer(model, spec, device), device,
+               evals=eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches,
+                                  device=device),
+               bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir)
+    tokens_per_step = run.tokens_per_step
+    eval_every = t.resolved_eval_interval(spec.steps)
+    log_every = max(1, spec.exec.log_interval)
+    resumed_from = run.restore(resume, branch_dir)
+    start_step, wall_before = resumed_from or 0, run.wall_before
+    branch_steps = set(spec.exec.branch_steps)
+
+    model.train()
+    t0 = time.perf_counter()
+    # Per-step losses stay on the device; one host sync per log interval (no .item() per step).
+    window = torch.zeros(log_every, device=device)
+    window_start = start_step
+    diverged_step, step = None, start_step
+    tokens_timed, t_timed = 0, time.perf_counter()
+    for step in range(start_step, spec.steps):
+        loss, lr = _optimizer_step(run, data, step)
+        window[step - window_start] = loss.detach()
+        done = step + 1
+        ci = spec.exec.checkpoint_interval
+        end_of_window = done - window_start == log_every or done == spec.steps
+        eval_due = done % eval_every == 0 and done != spec.steps
+        checkpoint_due = ci > 0 and done % ci == 0 and done != spec.steps
+        if end_of_window or eval_due or checkpoint_due:
+            # Also before an eval or a checkpoint: a diverged model is never evaluated or saved.
+            losses = window[: done - window_start].cpu()
+            bad = (~torch.isfinite(losses)).nonzero()
+            if len(bad):
+                diverged_step = window_start + int(bad[0])
+                break
+        if end_of_window:
+            run.last_train_loss = float(losses.mean())
+            now = time.perf_counter()
+            tokens_timed += (done - window_start) * tokens_per_step
+            tracker.log_metrics({
+                keys.TRAIN_LOSS: run.last_train_loss, keys.TRAIN_LR: lr,
+                keys.TOKENS: done * tokens_per_step,
+                keys.THROUGHPUT: tokens_timed / max(now - t_timed, 1e-9),
+            }, done)
+            tokens_timed, t_timed = 0, now
+            window_start = done
+        if eval_due:
+            run.record_eval(done)
+        if checkpoint_due:
+            run.save_checkpoint(done, wall_before + time.perf_counter() - t0)
+        if done in branch_steps and checkpoint_dir is not None:
+            # A trunk's state where a WSD branch's decay begins: its own folder, so the
+            # rolling KEEP-newest pruning of the run's checkpoints never removes it.
+            run.save_checkpoint(done, wall_before + time.perf_counter() - t0,
+                                branch_folder(checkpoint_dir, done))
+        if on_step is not None:  # after the step is recorded: a failure here loses nothing
+            on_step(done)
+
+    wall = wall_before + time.perf_counter() - t0
+    steps_done = diverged_step if diverged_step is not None else spec.steps
+    result = _result(run, steps_done, wall, resumed_from)
+    if diverged_step is not None:
+        result.status, result.diverged_step = keys.STATUS_DIVERGED, diverged_step
+        tracker.set_tags({keys.TAG_DIVERGED_STEP: str(diverged_step)})
+    else:
+        # Checkpoint first: a run resumed from it evaluates once more, not a second time.
+        run.save_checkpoint(spec.steps, wall)
+        result.final_val_loss = run.record_eval(spec.steps)
+        result.final_val_bpb = result.final_val_loss / math.log(2) / run.bytes_per_token
+    result.curve = run.curve
+    _log_summary(tracker, result)
+    return result

@@ -1,0 +1,93 @@
+"""The single-run CLI (`python -m pipeline.train`): train one model and log it to MLflow.
+
+Why a module of its own: the CLI runs the model through ``pipeline.trial`` (the same code a
+sweep worker runs), and the trial imports the training loop, so the loop cannot import the
+CLI back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from pipeline import flops, keys
+from pipeline.data import load_data
+from pipeline.families import FAMILIES, make_config
+from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+from pipeline.tracking import Ledger, default_tracking_uri
+from pipeline.trial import execute_trial
+
+DESCRIPTION = "Single-run CLI: train one model on the default corpus and log it to MLflow."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's options; --family offers the family registry's names."""
+    p = argparse.ArgumentParser(prog="python -m pipeline.train", description=DESCRIPTION)
+    p.add_argument("--family", choices=FAMILIES, default="gpt")
+    p.add_argument("--n-layer", type=int, default=2)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--head-dim", type=int, default=16)
+    p.add_argument("--tokens", type=float, default=2e6, help="training tokens D (default 2e6)")
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
+    p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of steps")
+    p.add_argument("--schedule", choices=["cosine", "wsd", "constant"], default="cosine")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus", default="stdlib")
+    p.add_argument("--tokenizer", default="bytes", choices=["bytes", "chars", "bpe"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--experiment", default="single-runs", help="MLflow experiment name")
+    p.add_argument("--checkpoint-dir", default="checkpoints")
+    p.add_argument("--checkpoint-interval", type=int, default=0)
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="continue from the run's latest checkpoint if there is one")
+    return p
+
+
+def spec_from_args(args: argparse.Namespace) -> RunSpec:
+    """The run the options describe (builds the token cache once; the trial reloads it)."""
+    data_spec = DataSpec(corpus=args.corpus, tokenizer=args.tokenizer)
+    data = load_data(data_spec)
+    cfg = make_config(args.family, args.n_layer, args.d_model, vocab_size=data.vocab_size,
+                      seq_len=args.seq_len, head_dim=args.head_dim)
+    steps = max(1, round(args.tokens / (args.batch_size * args.seq_len)))
+    warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
+    return RunSpec(
+        sweep=args.experiment, model=cfg, data=data_spec,
+        train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
+                        schedule=args.schedule, seed=args.seed, precision=args.precision),
+        steps=steps,
+        exec=ExecSpec(threads=args.threads, device=args.device,
+                      checkpoint_interval=args.checkpoint_interval),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Single-run CLI: train one model on the default corpus and log it to MLflow."""
+    args = build_parser().parse_args(argv)
+    spec = spec_from_args(args)
+    cfg, steps = spec.model, spec.steps
+    uri = default_tracking_uri()
+    ledger = Ledger(uri, args.experiment)
+    existing = ledger.trials().get(spec.run_id)
+    if existing is not None and existing.status == keys.STATUS_FINISHED:
+        print(f"run {spec.run_id} already finished in experiment {args.experiment!r} ({uri}); "
+              "nothing to do")
+        return 0
+    record = existing or ledger.create_trial(spec, parent_run_id=None)
+    print(f"run {spec.run_id}: {cfg.family} n_layer={cfg.n_layer} d_model={cfg.d_model} "
+          f"N={flops.params_total(cfg):,} (non-emb {flops.params_non_embedding(cfg):,}) "
+          f"D={spec.tokens:,} tokens in {steps} steps; tracking at {uri}")
+    ckpt = str(Path(args.checkpoint_dir).resolve() / args.experiment / spec.run_id)
+    if not args.resume and Path(ckpt).exists():
+        print(f"--no-resume: removing the run's checkpoints in {ckpt}; training from scratch")
+        shutil.rmtree(ckpt)
+    out = execute_trial(spec, uri, record.mlflow_run_id, ckpt)
+    print(json.dumps(out, indent=2, default=str))
+    return 0 if out["status"] == keys.STATUS_FINISHED else 1
+

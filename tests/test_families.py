@@ -1,0 +1,52 @@
+"""The family registry (pipeline.families.FAMILY_BUILDERS) is the one list of families: every
+registered family builds a shape, a model whose parameter count flops predicts, is accepted by
+the sweep schema, and is offered by the single-run CLI; a name outside it is refused by each."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+import yaml
+
+from pipeline import flops
+from pipeline.config import SweepError, parse_sweep
+from pipeline.families import FAMILIES, FAMILY_BUILDERS, FamilyName, ShapeError, make_config
+from pipeline.train.cli import build_parser
+
+
+def _runs_sweep(family: str) -> str:
+    return yaml.safe_dump({"name": "t", "kind": "runs", "family": family,
+                           "runs": [{"n_layer": 1, "d_model": 32, "tokens": 5e5}]})
+
+
+def test_the_names_are_derived_from_the_registry() -> None:
+    assert tuple(FAMILY_BUILDERS) == FAMILIES
+    assert typing.get_args(FamilyName) == FAMILIES
+    family_option = next(a for a in build_parser()._actions if a.dest == "family")
+    assert tuple(family_option.choices) == FAMILIES
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_BUILDERS))
+def test_every_registered_family_builds_plans_and_trains(family: str) -> None:
+    torch = pytest.importorskip("torch")
+    from pipeline.model import Transformer
+
+    cfg = make_config(family, 2, 32, vocab_size=256, seq_len=16, head_dim=8)
+    assert cfg.family == family
+    model = Transformer(cfg)
+    assert sum(p.numel() for p in model.parameters()) == flops.params_total(cfg)
+    tokens = torch.zeros(1, 16, dtype=torch.long)
+    out = model(tokens, tokens)  # (logits, loss) with targets
+    assert torch.isfinite(out[1])
+    assert parse_sweep(_runs_sweep(family)).family == family
+    assert build_parser().parse_args(["--family", family]).family == family
+
+
+def test_an_unregistered_family_is_refused_everywhere() -> None:
+    with pytest.raises(ShapeError, match="unknown family"):
+        make_config("mamba", 2, 32, vocab_size=256, seq_len=16)
+    with pytest.raises(SweepError, match="family"):
+        parse_sweep(_runs_sweep("mamba"))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--family", "mamba"])

@@ -472,7 +472,7 @@ def test_unwritable_checkpoint_dir_fails_before_anything_starts(tmp_path: Path) 
 
 
 def test_relative_checkpoint_dir_on_a_cluster_warns(capsys: pytest.CaptureFixture) -> None:
-    from pipeline.sweep import _warn_checkpoint_dir
+    from pipeline.preflight import _warn_checkpoint_dir
 
     _warn_checkpoint_dir("checkpoints", "10.0.0.1:6379")
     err = capsys.readouterr().err

@@ -52,9 +52,9 @@ def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None
                           flops_convention=args.flops_convention)
         runs = data.runs
         if args.sweep_file:
-            from analysis.runs.planned import restrict_to_plan
+            from analysis.runs.planned import restrict_to_sweep_file
 
-            runs = restrict_to_plan(runs, args.sweep_file)
+            runs = restrict_to_sweep_file(runs, args.sweep_file)
         return runs, data.curves
     runs = load_csv(args.csv, n_col=args.n_col, d_col=args.d_col, c_col=args.c_col,
                     loss_col=args.loss_col, budget_col=args.budget_col,

@@ -15,6 +15,7 @@ import itertools
 import math
 import numbers
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
@@ -379,3 +380,25 @@ def nearest_shape(
         key=lambda i: (abs(math.log(counts[i]) - log_target), i),
     )
     return shapes[best]
+
+
+def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = (),
+                    sweep_path: Path | str = ".", vocab_size: int | None = None,
+                    plan: Plan | None = None) -> set[str]:
+    """The run ids the file plans now: its main plan (``plan`` when the caller has expanded it
+    already, as the sweep driver has) and, for each held-out run (N, budget) of a ledger, the
+    run the held-out section would plan had the fit put the optimum at that N (same recipe and
+    seed). A held-out run of an earlier recipe is therefore not in the set."""
+    vocab = vocab_size or vocab_size_for(cfg)
+    if vocab is None:
+        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    ids = {s.run_id for s in (plan or expand(cfg, sweep_path, vocab)).specs}
+    section = cfg.isoflop.holdout if cfg.isoflop is not None else None
+    if section is None:
+        return ids
+    for n, budget in held_out:
+        if budget in section.budgets:
+            one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
+                "holdout": section.model_copy(update={"budgets": [budget]})})})
+            ids |= {s.run_id for s in plan_holdout(one, {budget: n}, sweep_path, vocab).specs}
+    return ids

@@ -2,7 +2,7 @@
 
 A held-out run tests a prediction made before looking, so it must not be chosen by hand: the
 sweep driver calls holdout_plan once the main runs are in the ledger, and the report
-(analysis.holdout) compares its loss with what the fits of the main runs predict.
+(analysis.checks.heldout) compares its loss with what the fits of the main runs predict.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.console import Console
 
 from pipeline import keys
 from pipeline.config import SweepConfig
-from pipeline.grid import Plan, plan_holdout
+from pipeline.grid import Plan, plan_holdout, planned_run_ids
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
@@ -22,19 +22,20 @@ class HoldoutError(RuntimeError):
     """The held-out runs cannot be planned (the main budgets give no fit)."""
 
 
-def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Plan:
+def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str, plan: Plan) -> Plan:
     """The held-out runs, at the size that the main budgets' fit predicts optimal.
 
     The predictor is Approach 2 (IsoFLOP parabolas -> N_opt = k C^a), fitted on the main
     runs in the ledger with C under the sweep's planning convention, so N_opt(C) is read at
     the held-out budget in the same units. Its N_opt is a plan, not a result: the report
     compares the held-out loss with what every fit predicts for the size actually trained.
+    ``plan`` is the main plan the driver ran: the ledger's runs outside it (and outside the
+    held-out runs this file plans) are of an earlier version of the file and are not fitted.
     """
-    from analysis.approach2 import fit_approach2
-    from analysis.load import load_sweep as load_runs
-    from analysis.planned import restrict_to_plan
-
     from analysis.errors import AnalysisError
+    from analysis.fits.approach2 import fit_approach2
+    from analysis.runs.load import load_sweep as load_runs
+    from analysis.runs.planned import held_out_cells, restrict_to_plan
 
     assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
     try:
@@ -43,9 +44,10 @@ def holdout_plan(cfg: SweepConfig, sweep_file: str, vocab: int, uri: str) -> Pla
     except AnalysisError as e:
         raise HoldoutError(f"cannot load the main runs: {e}") from e
     try:
-        runs = restrict_to_plan(runs, sweep_file)  # not the runs of an earlier recipe
-    except AnalysisError as e:  # e.g. the file was edited into an invalid one meanwhile
-        raise HoldoutError(f"cannot tell the main runs of {sweep_file} as it is now: {e}") from e
+        planned = planned_run_ids(cfg, held_out_cells(runs), sweep_file, vocab, plan=plan)
+        runs = restrict_to_plan(runs, planned, sweep_file)  # not the runs of an earlier recipe
+    except AnalysisError as e:
+        raise HoldoutError(f"cannot tell the main runs of {sweep_file}: {e}") from e
     frame = runs.frame
     main = frame[frame["role"] != keys.ROLE_HOLDOUT]
     try:

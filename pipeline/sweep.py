@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if holdout is not None:
         try:
-            h_plan = holdout_plan(cfg, args.sweep_file, vocab, uri)
+            h_plan = holdout_plan(cfg, args.sweep_file, vocab, uri, plan)
         except HoldoutError as e:
             console.print(f"[red]held-out budgets not run[/]: {e}")
             results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}

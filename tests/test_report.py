@@ -103,7 +103,7 @@ def sweep_report(store, tmp_path_factory) -> Path:
         mp.setattr(samples, "sample_command", _fake_sampler)
         # The ledger is synthetic (no run_id is planned by a sweep file): keep every run.
         # restrict_to_plan itself is tested in tests/test_sweep_options.py.
-        mp.setattr("analysis.runs.planned.restrict_to_plan", lambda runs, _file: runs)
+        mp.setattr("analysis.runs.planned.restrict_to_sweep_file", lambda runs, _file: runs)
         lines: list[str] = []
         mp.setattr(report, "print", lambda *a, **k: lines.append(" ".join(map(str, a))),
                    raising=False)

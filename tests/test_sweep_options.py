@@ -223,14 +223,15 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
     class Loaded:
         runs = table
 
-    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
+    monkeypatch.setattr("analysis.runs.load.load_sweep", lambda *a, **k: Loaded)
     # Synthetic runs carry no planned run_id: keep them all (restrict_to_plan is tested below).
-    monkeypatch.setattr("analysis.planned.restrict_to_plan", lambda runs, _file: runs)
+    monkeypatch.setattr("analysis.runs.planned.restrict_to_plan", lambda runs, _ids, _file: runs)
     doc = _iso(budgets=[1e10, 3e10, 1e11, 3e11], holdout={"budgets": [1e12], "count": 1},
                replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
     cfg = load_sweep(_write(tmp_path, doc))
-    plan = holdout_plan(cfg, str(tmp_path / "sweep.yaml"), 256, "sqlite:///unused.db")
+    plan = holdout_plan(cfg, str(tmp_path / "sweep.yaml"), 256, "sqlite:///unused.db",
+                        expand(cfg, tmp_path, 256))
     (spec,) = plan.specs
     predicted = 0.1 * math.sqrt(1e12)
     # The rung is the ladder's nearest to the predicted 1e5 parameters.
@@ -238,24 +239,27 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
     assert abs(math.log(flops.params_total(spec.model) / predicted)) < math.log(1.6)
 
 
-def test_a_sweep_file_broken_before_the_holdout_is_a_holdout_error(
+def test_holdout_planning_reads_the_plan_it_ran_not_the_file_edited_meanwhile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Edited into an invalid file while the main runs trained: a clear error, no traceback."""
+    """The driver passes the plan it ran: a file edited (even into an invalid one) while the
+    main runs trained changes nothing; a ledger without those runs is a clear error."""
     from analysis.runs.table import runs_from_arrays
     from pipeline.holdout import HoldoutError, holdout_plan
 
     class Loaded:
         runs = runs_from_arrays([1e3, 2e3], [1e6, 1e6], [2.0, 2.1], budget=[1e10, 1e10])
 
-    monkeypatch.setattr("analysis.load.load_sweep", lambda *a, **k: Loaded)
+    monkeypatch.setattr("analysis.runs.load.load_sweep", lambda *a, **k: Loaded)
     doc = _iso(replicates=None)
     path = _write(tmp_path, doc)
     cfg = load_sweep(path)
+    plan = expand(cfg, path, 256)
     doc["isoflop"]["holdout"] = {**doc["isoflop"]["holdout"], "bogus": 1}
     _write(tmp_path, doc)
-    with pytest.raises(HoldoutError, match=r"cannot tell the main runs of .*sweep.yaml as it is "
-                                           r"now: .*unknown key 'isoflop.holdout.bogus'"):
-        holdout_plan(cfg, str(path), 256, "sqlite:///unused.db")
+    with pytest.raises(HoldoutError, match=r"cannot tell the main runs of .*sweep.yaml: "
+                                           r".*none of its 2 runs is planned") as err:
+        holdout_plan(cfg, str(path), 256, "sqlite:///unused.db", plan)
+    assert "bogus" not in str(err.value)
 
 
 # --- recipe variants (an ablation) -----------------------------------------------------------
@@ -315,8 +319,9 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
     """After an edit of the sweep file, the ledger's runs of the old recipe are not fitted,
     and a held-out run is kept only if the file's held-out section would plan it now."""
     from analysis.errors import DataError
-    from analysis.runs.planned import restrict_to_plan
+    from analysis.runs.planned import held_out_cells, restrict_to_plan, restrict_to_sweep_file
     from analysis.runs.table import runs_from_arrays
+    from pipeline.grid import planned_run_ids
 
     doc = _iso(replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
@@ -336,13 +341,17 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
         [float(flops.params_total(s.model)) for s in specs], [float(s.tokens) for s in specs],
         [2.0] * len(specs), budget=[s.budget for s in specs], run_ids=[s.run_id for s in specs],
         extra={"role": [s.role for s in specs]})
-    kept = restrict_to_plan(table, path)
+    kept = restrict_to_sweep_file(table, path)
     assert list(kept.frame["run_id"]) == [s.run_id for s in new + new_held]
+    # The driver passes the plan it ran instead of re-reading the file: the same ids.
+    ids = planned_run_ids(cfg, held_out_cells(table), path, 256, plan=expand(cfg, path, 256))
+    assert ids == {s.run_id for s in new + new_held}
+    assert list(restrict_to_plan(table, ids, path).frame["run_id"]) == list(kept.frame["run_id"])
     assert len(kept.excluded) == len(old) + len(old_held)
     assert all("earlier version of the file" in e.reason for e in kept.excluded)
     with pytest.raises(DataError, match="none of its"):
-        restrict_to_plan(table.subset([True] * len(old) + [False] * (len(specs) - len(old))),
-                         path)
+        restrict_to_sweep_file(
+            table.subset([True] * len(old) + [False] * (len(specs) - len(old))), path)
 
 
 @pytest.mark.parametrize(("holdout", "message"), [

@@ -20,15 +20,40 @@ from analysis.runs.table import Excluded, RunsTable
 from pipeline import keys
 
 
-def restrict_to_plan(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
-    """The runs whose run_id the sweep file plans now (held-out runs: module docstring); the
-    rest excluded.
+def held_out_cells(runs: RunsTable) -> list[tuple[float, float]]:
+    """(N, budget) of each held-out run: what the planner needs to tell whether the file's
+    held-out section plans it (``pipeline.grid.planned_run_ids``)."""
+    held = runs.values("role").astype(str).to_numpy() == keys.ROLE_HOLDOUT
+    return [(float(n), float(b)) for n, b in
+            zip(runs.column("N")[held], runs.column("budget")[held], strict=True)]
+
+
+def restrict_to_plan(runs: RunsTable, planned: set[str], label: str | Path) -> RunsTable:
+    """The runs whose run_id is in ``planned`` (the ids the sweep file ``label`` plans now);
+    the rest excluded, each with the reason."""
+    run_id = runs.frame["run_id"].astype(str).to_numpy()
+    keep = np.isin(run_id, list(planned))
+    if keep.all():
+        return runs
+    if not keep.any():
+        raise DataError(f"{runs.source}: none of its {len(runs)} runs is planned by "
+                        f"{label} (another sweep, or every run of an earlier version of the file)")
+    names = runs.frame["run_name"] if "run_name" in runs.frame.columns else runs.frame["run_id"]
+    stale = tuple(Excluded(str(n) or str(r), f"not planned by {label} as it is now (a run "
+                           "of an earlier version of the file: recipe, budgets or held-out)")
+                  for n, r in zip(names[~keep], run_id[~keep], strict=True))
+    return runs.subset(keep, excluded=runs.excluded + stale)
+
+
+def restrict_to_sweep_file(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
+    """``restrict_to_plan`` with the ids planned by reading ``sweep_file`` (the commands'
+    ``--sweep-file``; the sweep driver passes the plan it has instead).
 
     A sweep whose vocabulary depends on the corpus (chars tokenizer) is returned unchanged:
     its plan cannot be known without reading the corpus.
     """
     from pipeline.config import SweepError, load_sweep
-    from pipeline.grid import expand, plan_holdout, vocab_size_for
+    from pipeline.grid import planned_run_ids, vocab_size_for
 
     try:
         cfg = load_sweep(sweep_file)
@@ -37,25 +62,5 @@ def restrict_to_plan(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
     vocab = vocab_size_for(cfg)
     if vocab is None:
         return runs
-    planned = {s.run_id for s in expand(cfg, sweep_file, vocab).specs}
-    held = runs.values("role").astype(str).to_numpy() == keys.ROLE_HOLDOUT
-    section = cfg.isoflop.holdout if cfg.isoflop is not None else None
-    if held.any() and section is not None:
-        for n, budget in zip(runs.column("N")[held], runs.column("budget")[held], strict=True):
-            if budget in section.budgets:  # what the file plans were the optimum at N = n
-                one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
-                    "holdout": section.model_copy(update={"budgets": [budget]})})})
-                planned |= {s.run_id for s in
-                            plan_holdout(one, {budget: n}, sweep_file, vocab).specs}
-    run_id = runs.frame["run_id"].astype(str).to_numpy()
-    keep = np.isin(run_id, list(planned))
-    if keep.all():
-        return runs
-    if not keep.any():
-        raise DataError(f"{runs.source}: none of its {len(runs)} runs is planned by "
-                        f"{sweep_file} (another sweep, or every run of an earlier version of the file)")
-    names = runs.frame["run_name"] if "run_name" in runs.frame.columns else runs.frame["run_id"]
-    stale = tuple(Excluded(str(n) or str(r), f"not planned by {sweep_file} as it is now (a run "
-                           "of an earlier version of the file: recipe, budgets or held-out)")
-                  for n, r in zip(names[~keep], run_id[~keep], strict=True))
-    return runs.subset(keep, excluded=runs.excluded + stale)
+    return restrict_to_plan(runs, planned_run_ids(cfg, held_out_cells(runs), sweep_file, vocab),
+                            sweep_file)

@@ -47,7 +47,7 @@ from pipeline.model import Transformer
 
 
 def test_accounting_imports_no_torch() -> None:
-    """The planner and the analysis use these modules without torch (DESIGN.md)."""
+    """The planner and the analysis use these modules without torch (the analysis never imports it)."""
     code = "import sys, pipeline.flops, pipeline.families; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

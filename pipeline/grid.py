@@ -121,7 +121,9 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
     """
     assert sizes.count is not None
     guess = math.sqrt(budget / (6 * sizes.tokens_per_param))
-    ladder = _ladder(cfg, rule, vocab)
+    ladder = _allowed_rungs(cfg, sizes, _ladder(cfg, rule, vocab), budget, skipped)
+    if not ladder:
+        return []
     logs = [math.log(flops.params_total(m)) for m in ladder]
     half = math.log(sizes.span) / 2
     chosen: set[int] = set()
@@ -139,6 +141,24 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
     return [ladder[j] for j in sorted(chosen)]
 
 
+def _allowed_rungs(cfg: SweepConfig, sizes: SizesSection, ladder: list[ModelConfig],
+                   budget: float, skipped: list[Skipped]) -> list[ModelConfig]:
+    """The rungs a budget may use: embeddings at most max_embedding_fraction of N, and D/N at
+    most max_tokens_per_param at this budget (D in the sweep's FLOP convention)."""
+    out = ladder
+    if (cap := sizes.max_embedding_fraction) is not None:
+        out = [m for m in out
+               if 1 - flops.params_non_embedding(m) / flops.params_total(m) <= cap]
+    if (most := sizes.max_tokens_per_param) is not None:
+        out = [m for m in out if flops.tokens_for_budget(m, budget, cfg.flops_convention)
+               <= most * flops.params_total(m)]
+    if not out:
+        skipped.append(Skipped(f"C={budget:.3g}", "no size of the shape rule has embeddings "
+                               f"<= {sizes.max_embedding_fraction} of N and D/N <= "
+                               f"{sizes.max_tokens_per_param} at this budget"))
+    return out
+
+
 def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, seed: int,
                 base_lr: float, schedule: str, warmup_of: int) -> TrainSpec:
     """The recipe of one run (pipeline/recipe.py's rules); warmup follows `warmup_of` steps
@@ -152,6 +172,7 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
         eval_batches=recipe.eval_batches(t.eval_batches, batch), precision=t.precision,
+        sampling=t.sampling,
     )
 
 

@@ -32,6 +32,7 @@ from rich.table import Table
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
 from pipeline.data import TokenData
+from pipeline.data.repetition import repetition_problem
 from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.holdout import HoldoutError, holdout_plan
 from pipeline.preflight import driver_problem, warn_loopback_uri
@@ -388,26 +389,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {sk.label}: {sk.reason}", file=sys.stderr)
         return 2
     slots = _slots(cfg.resources.num_cpus, args.cpus)
-    if args.dry_run:
-        estimate = None
-        if not args.no_estimate:
-            from pipeline.estimate import calibrate
+    uri = ""
+    if not args.dry_run:  # the driver's checks come before the data, which can take minutes
+        from pipeline.tracking import default_tracking_uri
 
-            cal = calibrate(plan.specs)
-            estimate = {s.run_id: cal.seconds(s) for s in plan.specs}
-        print_plan(cfg, plan, estimate, slots)
-        return 0
-
-    from pipeline.tracking import default_tracking_uri
-
-    uri = default_tracking_uri()
-    if problem := driver_problem(args.address, args.checkpoint_dir, uri, cfg.name):
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    print_plan(cfg, plan, None, slots)
+        uri = default_tracking_uri()
+        if problem := driver_problem(args.address, args.checkpoint_dir, uri, cfg.name):
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     from pipeline.data import load_data
 
+    if args.dry_run and cfg.data.corpus.startswith("hf:"):
+        # A streamed dataset is prepared at launch, not for a plan: its D is checked then.
+        print("note: data.max_epochs is checked at launch for a Hugging Face corpus")
+        return _dry_run(cfg, plan, args, slots)
     data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
+    if problem := repetition_problem(plan.specs, len(data.train), cfg.data.max_epochs,
+                                     args.sweep_file):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        return _dry_run(cfg, plan, args, slots)
+    print_plan(cfg, plan, None, slots)
     t0 = time.monotonic()
     results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
                         checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
@@ -419,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]held-out budgets not run[/]: {e}")
             results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
         else:
+            h_plan = _refuse_repetition(h_plan, cfg, len(data.train), args.sweep_file, results)
             print_plan(cfg, h_plan, None, slots)
             results.update(run_sweep(cfg, h_plan, data, address=args.address, uri=uri,
                                      checkpoint_root=Path(args.checkpoint_dir).resolve(),
@@ -433,6 +437,28 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         _report(cfg.name, uri, args.sweep_file)
     return 1 if failed else 0
+
+
+def _dry_run(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int) -> int:
+    estimate = None
+    if not args.no_estimate:
+        from pipeline.estimate import calibrate
+
+        cal = calibrate(plan.specs)
+        estimate = {s.run_id: cal.seconds(s) for s in plan.specs}
+    print_plan(cfg, plan, estimate, slots)
+    return 0
+
+
+def _refuse_repetition(h_plan: Plan, cfg: SweepConfig, train_tokens: int, sweep_file: str,
+                       results: dict) -> Plan:
+    """The held-out plan, emptied (and the refusal recorded) if it would repeat data."""
+    where = f"{sweep_file} (held-out budgets)"
+    if problem := repetition_problem(h_plan.specs, train_tokens, cfg.data.max_epochs, where):
+        console.print(f"[red]held-out budgets not run[/]: {problem}")
+        results["holdout"] = {"status": keys.STATUS_FAILED, "error": problem}
+        return Plan([], h_plan.skipped)
+    return h_plan
 
 
 def _data_for(cfg: SweepConfig, sweep_file: str, load_data):

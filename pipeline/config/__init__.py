@@ -57,6 +57,7 @@ from pipeline.config.sections import (
     TrainSection,
 )
 from pipeline.config.yaml_reader import _Loader, _read_yaml
+from pipeline.spec import STDLIB_CORPORA
 
 __all__ = [
     "MAX_COUNT", "MAX_D_MODEL", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_RUNS", "VARIANT_EXCLUDED",
@@ -111,13 +112,13 @@ def load_sweep(path: str | Path) -> SweepConfig:
 def resolve_corpus(corpus: str, sweep_path: Path) -> str:
     """The corpus as pipeline.data.load_corpus should read it.
 
-    "stdlib" and "hf:..." are returned unchanged. A local file, directory or glob (with or
+    "stdlib", "stdlib+tests" and "hf:..." are returned unchanged. A local file, directory or glob (with or
     without the "path:" prefix that load_corpus also accepts; "~" expanded) becomes an
     absolute path, relative ones against the sweep file's folder. The prefix is dropped: an
     absolute path cannot be mistaken for "stdlib" or "hf:", and the same files then give the
     same run_id however they were written.
     """
-    if corpus == "stdlib" or corpus.startswith("hf:"):
+    if corpus in STDLIB_CORPORA or corpus.startswith("hf:"):
         return corpus
     local = Path(os.path.expanduser(corpus.removeprefix("path:")))
     if not local.is_absolute():
@@ -128,7 +129,7 @@ def resolve_corpus(corpus: str, sweep_path: Path) -> str:
 def _check_corpus(cfg: SweepConfig, path: Path) -> None:
     """A local corpus must exist and hold files (as pipeline.data will require later)."""
     corpus = cfg.data.corpus
-    if corpus == "stdlib" or corpus.startswith("hf:"):
+    if corpus in STDLIB_CORPORA or corpus.startswith("hf:"):
         return
     resolved = resolve_corpus(corpus, path)
     if any(ch in resolved for ch in "*?["):

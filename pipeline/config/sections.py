@@ -61,7 +61,8 @@ _DATA_DEFAULTS = DataSpec()  # the one source of the data settings' defaults
 
 class DataSection(Strict):
     corpus: str = _DATA_DEFAULTS.corpus
-    """"stdlib" (the interpreter's standard library sources), a text file, directory or glob
+    """"stdlib" (the interpreter's standard library sources), "stdlib+tests" (the same with its
+    test suites: ~31.5 MB instead of ~12), a text file, directory or glob
     (relative to the sweep file; "path:" prefix optional, needed for a file named "stdlib"),
     or "hf:<dataset>[:<split>][:<field>]"."""
     tokenizer: Literal["bytes", "chars", "bpe"] = _DATA_DEFAULTS.tokenizer  # type: ignore[assignment]
@@ -74,6 +75,11 @@ class DataSection(Strict):
     """Fraction of documents held out for validation."""
     max_bytes: PosInt | None = _DATA_DEFAULTS.max_bytes
     """Optional cap on the corpus size in bytes (for quick trials)."""
+    max_epochs: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    """The sweep refuses (before training) any run whose D exceeds this many passes over the
+    train split: repeated tokens lower the value of data (Muennighoff et al. 2023) and bias a
+    scaling fit. Raise it to allow repetition explicitly. Not part of run_id: it decides which
+    runs may exist, not what a run learns."""
 
     @model_validator(mode="after")
     def _check(self) -> DataSection:
@@ -152,6 +158,10 @@ class TrainSection(Strict):
     """Fixed validation batches per evaluation."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+    sampling: Literal["random", "shuffled"] = "random"
+    """Training windows: "random" offsets (with replacement; earlier sweeps' runs) or
+    "shuffled" (non-overlapping windows, a new permutation each epoch: no token seen twice
+    within data.max_epochs <= 1)."""
     min_steps: PosInt = 20
     """Cells with fewer optimizer steps are reported as skipped, not trained."""
     variants: Annotated[list[dict[str, Any]], Field(min_length=1)] | None = None
@@ -275,6 +285,14 @@ class SizesSection(Strict):
     """With count: ratio of the largest to the smallest target N."""
     tokens_per_param: Annotated[float, Field(gt=0, le=1e6)] = 20.0
     """With count: the guess N* = sqrt(C / (6 * tokens_per_param)) (Chinchilla: 20)."""
+    max_embedding_fraction: Annotated[float, Field(gt=0, le=1)] | None = None
+    """With count: only rungs of the ladder whose token and position embeddings are at most
+    this share of N (1/3 keeps GPT models of 2 layers and more at byte vocabularies: models
+    that are mostly lookup tables do not scale like language models)."""
+    max_tokens_per_param: Annotated[float, Field(gt=0, le=1e6)] | None = None
+    """With count: at each budget, only sizes whose D/N is at most this (e.g. 300: the far
+    under-parameterised end, where a few layers see hundreds of epochs' worth of tokens per
+    parameter, is left out of the IsoFLOP sets)."""
 
     @model_validator(mode="after")
     def _check(self) -> SizesSection:
@@ -289,7 +307,8 @@ class SizesSection(Strict):
         problems += _duplicates(self.widths or [], "widths")
         problems += _duplicates(self.shapes or [], "shapes")
         if self.count is None:
-            problems += _unused(self, ("span", "tokens_per_param"), "without count")
+            problems += _unused(self, ("span", "tokens_per_param", "max_embedding_fraction",
+                                       "max_tokens_per_param"), "without count")
         _raise_if(problems)
         return self
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +16,9 @@ if TYPE_CHECKING:  # torch is imported where batches are made: preparing data ne
     import torch
 
 
+SAMPLINGS = ("random", "shuffled")
+
+
 def get_batch(
     tokens: np.ndarray,
     batch_size: int,
@@ -22,12 +26,18 @@ def get_batch(
     seed: int,
     step: int,
     device: str | torch.device = "cpu",
+    sampling: str = "random",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Training batch (x, y), int64 (batch_size, seq_len), y = x shifted by one token.
 
-    A pure function of (seed, step): offsets come from np.random.default_rng([seed, step]), so a
-    run resumed at step k sees exactly the batches an uninterrupted run would, with no RNG state
-    to checkpoint. Only the sampled windows are read from the memmap.
+    A pure function of (seed, step), so a run resumed at step k sees exactly the batches an
+    uninterrupted run would, with no RNG state to checkpoint. Only the sampled windows are read
+    from the memmap.
+    - "random": offsets from np.random.default_rng([seed, step]), with replacement.
+    - "shuffled": the split cut into non-overlapping windows of seq_len + 1 tokens (stride
+      seq_len); epoch e takes them in the order of a permutation seeded by (seed, e). Batch k
+      holds windows k*B .. k*B+B-1 of that sequence, so no token is trained on twice before
+      every window has been used once (a window's last target is the next one's first input).
     """
     _check_sizes(batch_size=batch_size, seq_len=seq_len, seed=seed, step=step)
     n = len(tokens)
@@ -36,9 +46,51 @@ def get_batch(
             f"train split has {n:,} tokens, fewer than one batch needs "
             f"(batch_size*seq_len+1 = {batch_size}*{seq_len}+1 = {batch_size * seq_len + 1:,})"
         )
-    rng = np.random.default_rng([seed, step])
-    starts = rng.integers(0, n - seq_len, size=batch_size)  # last window ends at index n-1
+    if sampling == "random":
+        rng = np.random.default_rng([seed, step])
+        starts = rng.integers(0, n - seq_len, size=batch_size)  # last window ends at index n-1
+    elif sampling == "shuffled":
+        n_windows = (n - 1) // seq_len
+        index = np.arange(step * batch_size, (step + 1) * batch_size, dtype=np.int64)
+        epochs, pos = np.divmod(index, n_windows)
+        starts = np.empty(batch_size, dtype=np.int64)
+        for e in np.unique(epochs):
+            at = epochs == e
+            starts[at] = _permutation(n_windows, seed, int(e))[pos[at]] * seq_len
+    else:
+        raise DataError(f"unknown sampling {sampling!r}; expected one of {SAMPLINGS}")
     return _windows(tokens, starts, seq_len, device)
+
+
+def unique_tokens_seen(n_tokens: int, batch_size: int, seq_len: int, seed: int, steps: int,
+                       sampling: str = "random") -> int:
+    """Distinct positions of the train split (inputs or targets) that `steps` batches of
+    get_batch cover: the unique training tokens of a run (exact, from the same offsets).
+
+    The training tokens a run sees twice are D - this (up to the one token that neighbouring
+    windows share). ~0.1 s for 4096 steps of 32 windows on a 30M-token split.
+    """
+    if sampling == "shuffled":
+        n_windows = (n_tokens - 1) // seq_len
+        used = steps * batch_size
+        if used >= n_windows:
+            return n_windows * seq_len + 1
+        starts = _permutation(n_windows, seed, 0)[:used] * seq_len
+    else:
+        starts = np.concatenate([
+            np.random.default_rng([seed, k]).integers(0, n_tokens - seq_len, size=batch_size)
+            for k in range(steps)]) if steps else np.zeros(0, dtype=np.int64)
+    # Coverage by a difference array: +1 where a window starts, -1 one past its last token.
+    edges = np.zeros(n_tokens + 1, dtype=np.int32)
+    np.add.at(edges, starts, 1)
+    np.add.at(edges, starts + seq_len + 1, -1)
+    return int(np.count_nonzero(np.cumsum(edges[:-1])))
+
+
+@functools.lru_cache(maxsize=4)
+def _permutation(n_windows: int, seed: int, epoch: int) -> np.ndarray:
+    """The window order of one epoch (cached: one permutation serves ~n_windows / B steps)."""
+    return np.random.default_rng([seed, epoch, 0x5EED]).permutation(n_windows)
 
 
 def eval_batches(

@@ -28,6 +28,7 @@ import torch
 
 from pipeline import checkpoint, flops, keys
 from pipeline.data import TokenData, eval_batches, get_batch, load_data  # load_data: re-exported
+from pipeline.data.batches import unique_tokens_seen
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
@@ -76,6 +77,8 @@ class RunResult:
     diverged_step: int | None = None
     resumed_from: int | None = None  # step of the checkpoint this attempt started from
     curve: dict[str, list[float]] = field(default_factory=dict)  # step, tokens, val_loss
+    train_tokens: int = 0  # unique tokens available: the train split's length
+    unique_tokens: int = 0  # distinct train-split tokens the batches covered
 
 
 def pick_device(name: str) -> torch.device:
@@ -225,7 +228,8 @@ def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor
     lr = lr_at(step, spec)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device)
+    x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device,
+                     sampling=t.sampling)
     with _autocast(spec, run.device):
         _, loss = model(x, y)
     loss.backward()
@@ -254,6 +258,9 @@ def _log_summary(tracker: Tracker, result: RunResult) -> None:
     summary = {
         keys.FINAL_TOKENS: result.tokens, keys.FINAL_STEPS: result.steps,
         keys.FINAL_WALL_S: result.wall_s, keys.FINAL_TOKENS_PER_S: result.tokens_per_s,
+        keys.TRAIN_SPLIT_TOKENS: result.train_tokens,
+        keys.FINAL_EPOCHS: result.tokens / max(result.train_tokens, 1),
+        keys.FINAL_UNIQUE_TOKENS: result.unique_tokens,
         keys.PARAMS_TOTAL: result.params_total,
         keys.PARAMS_NON_EMBEDDING: result.params_non_embedding,
         **{keys.flops_key(c): v for c, v in result.flops.items()},
@@ -360,5 +367,9 @@ def train(
         result.final_val_loss = run.record_eval(spec.steps)
         result.final_val_bpb = result.final_val_loss / math.log(2) / run.bytes_per_token
     result.curve = run.curve
+    result.train_tokens = len(data.train)
+    result.unique_tokens = unique_tokens_seen(
+        len(data.train), spec.train.batch_size, spec.model.seq_len, spec.train.seed, steps_done,
+        spec.train.sampling)
     _log_summary(tracker, result)
     return result

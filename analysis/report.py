@@ -31,7 +31,7 @@ from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.errors import AnalysisError
 from analysis.reporting.document import to_html, to_markdown
 from analysis.reporting.figures import Context, draw_all
-from analysis.reporting.provenance import provenance_lines
+from analysis.reporting.provenance import PACKAGE_ROOT, portable, provenance_lines
 from analysis.reporting.samples import PROMPT, sample_jobs
 from analysis.reporting.sections import ReportInput, build
 from analysis.schema import analysis_to_json
@@ -89,7 +89,10 @@ def regenerate_command(args: argparse.Namespace) -> str:
         parts += ["--jobs", str(args.jobs)]
     if args.prompt != PROMPT:
         parts += ["--prompt", args.prompt]
-    return f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(parts)}"
+    # Run from the checkout (paths relative to it); other folders as portable() shows them.
+    command = portable(shlex.join(parts))
+    here = Path.cwd().resolve()
+    return command if here == PACKAGE_ROOT else f"cd {portable(str(here))} && {command}"
 
 
 def check_target(out: Path) -> None:

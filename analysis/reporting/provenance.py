@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import metadata
@@ -19,8 +19,21 @@ from pathlib import Path
 from analysis.runs.table import RunsTable
 
 PACKAGES = ("numpy", "scipy", "pandas", "matplotlib", "seaborn", "mlflow")
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 """The checkout the analysis code runs from (for its git commit)."""
+_ABSOLUTE = re.compile(r"(^|[\s=:'\"(]|sqlite:///)(/[^/\s'\")][^\s'\")]*)")
+"""An absolute POSIX path at the start of a word, after '=', ':' or a quote, or in a sqlite URI."""
+
+
+def portable(text: str) -> str:
+    """A path (or a URI or command holding paths) as a committed report may show it: relative
+    to the checkout when inside it, "~" for the home folder, else the absolute prefix
+    replaced by "<local>/" (a committed report never names the machine's folders)."""
+    root, home = str(PACKAGE_ROOT), os.path.expanduser("~")
+    out = text.replace(root + os.sep, "").replace(root, ".")
+    if home not in ("", "/"):
+        out = out.replace(home + os.sep, "~/")
+    return _ABSOLUTE.sub(lambda m: m.group(1) + "<local>/" + m.group(2).rsplit("/", 1)[-1], out)
 
 
 @dataclass(frozen=True)
@@ -114,19 +127,22 @@ def provenance_lines(runs: RunsTable, *, sweep_file: Path | None,
     """Bullet lines for the report's provenance section."""
     code = git_state(PACKAGE_ROOT)
     here = Path.cwd()
-    lines = [f"code: git commit {code.describe()} (repository {PACKAGE_ROOT})"]
+    lines = [f"code: git commit {code.describe()} (the checkout of the analysis code)"]
     if here.resolve() != PACKAGE_ROOT:
-        lines.append(f"working folder {here}: git commit {git_state(here).describe()}")
+        lines.append(f"working folder {portable(str(here))}: git commit "
+                     f"{git_state(here).describe()}")
     if sweep_file is None:
         lines.append("sweep file: not given (`--sweep-file`)")
     elif sweep_file.is_file():
-        lines.append(f"sweep file: {sweep_file} (sha256 {sha256_file(sweep_file)})")
+        lines.append(f"sweep file: {portable(str(sweep_file.resolve()))} "
+                     f"(sha256 {sha256_file(sweep_file)})")
     else:
-        lines.append(f"sweep file: {sweep_file} (not found when the report was written)")
+        lines.append(f"sweep file: {portable(str(sweep_file))} (not found when the report "
+                     "was written)")
     lines += data_lines(runs)
     lines.append("packages: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
     lines.append(f"machine: {machine()}")
     stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M:%S %Z")
     lines.append(f"date: {stamp}")
-    lines.append(f"python executable: {sys.executable}")
+    lines.append(f"python: {platform.python_implementation()} {platform.python_version()}")
     return lines

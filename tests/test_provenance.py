@@ -1,0 +1,35 @@
+"""Committed reports never name the folders of the machine that made them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from analysis.report import regenerate_command
+from analysis.reporting.provenance import PACKAGE_ROOT, portable
+
+ABSOLUTE = re.compile(r"(^|[\s=:'\"(])/[^/\s]")
+
+
+def test_portable_paths_are_relative_to_the_checkout_or_hidden():
+    root = str(PACKAGE_ROOT)
+    assert (PACKAGE_ROOT / "pyproject.toml").is_file()  # the checkout, not a package folder
+    assert portable(f"--out {root}/reports/x") == "--out reports/x"
+    assert portable(f"sqlite:///{root}/mlflow.db") == "sqlite:///mlflow.db"
+    assert portable("sqlite:////tmp/ledger/mlflow.db") == "sqlite:///<local>/mlflow.db"
+    assert portable(os.path.expanduser("~") + "/.cache/x") == "~/.cache/x"
+    assert portable("http://host:5000/api") == "http://host:5000/api"
+
+
+def test_the_regenerate_command_holds_no_absolute_path(monkeypatch):
+    monkeypatch.chdir(PACKAGE_ROOT)
+    args = argparse.Namespace(
+        sweep="chinchilla", csv=None, tracking_uri="sqlite:////tmp/l/mlflow.db",
+        sweep_file=str(PACKAGE_ROOT / "sweeps" / "chinchilla.yaml"), name=None,
+        out=str(PACKAGE_ROOT / "reports" / "chinchilla"), flops_convention="exact",
+        bootstrap=1000, seed=0, jobs=1, prompt="def ", n_col=None, d_col=None, c_col=None,
+        loss_col=None, budget_col=None, drop_highest_loss=0)
+    command = regenerate_command(args)
+    assert not ABSOLUTE.search(command), command
+    assert "--sweep-file sweeps/chinchilla.yaml --out reports/chinchilla" in command

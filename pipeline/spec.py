@@ -78,9 +78,9 @@ class TrainSpec:
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
     sampling: Literal["random", "shuffled"] = "random"
     """How training windows are drawn (pipeline.data.batches): "random" offsets with
-    replacement (a run of D = 0.5 epoch sees ~9% of its tokens twice), or "shuffled":
-    non-overlapping windows in a fresh permutation each epoch, so no token is seen twice
-    before the split is used up."""
+    replacement (in a run of half an epoch ~21% of the tokens trained are repeats), or
+    "shuffled": non-overlapping windows in a fresh permutation each epoch, so no token is
+    seen twice before the split is used up."""
 
     def decay_start(self, steps: int) -> int:
         """wsd: the first step of the final decay of a run of `steps` steps."""

@@ -27,15 +27,21 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.checks.agreement import Agreement, compare_approaches
+from analysis.checks.agreement import PAIRS, Agreement, compare_approaches
 from analysis.checks.conventions import ConventionTable, compare_conventions
 from analysis.checks.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
 from analysis.checks.heldout import HoldoutCheck, check_holdout
 from analysis.checks.noise import NoiseEstimate, NoiseSplit, estimate_noise, split_by_optimum
 from analysis.checks.propagation import propagate_noise_approach2
 from analysis.checks.published import ComparisonRow, compare
-from analysis.checks.residuals import ResidualCheck, approach2_residuals, approach3_residuals
+from analysis.checks.residuals import (
+    ResidualCheck,
+    approach2_residuals,
+    approach3_residuals,
+    law_residuals,
+)
 from analysis.checks.schedules import ScheduleComparison, compare_schedules
+from analysis.checks.verdict import LAWS, Verdict, judge_laws
 from analysis.errors import FitError
 from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.results import Estimate, Skipped
@@ -80,7 +86,9 @@ class Analysis:
     """Approach 2 refitted on simulated re-runs with the measured σ (analysis.propagation)."""
     agreement: tuple[Agreement, ...] | Skipped = field(
         default_factory=lambda: Skipped("not run"))
-    """Each pair of Approaches 1-3 on a: the paired bootstrap difference (analysis.agreement)."""
+    """Each pair of approaches on a: the paired bootstrap difference (analysis.agreement)."""
+    verdict: Verdict | None = None
+    """Which laws describe the runs and the headline law (analysis.checks.verdict)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
@@ -135,7 +143,8 @@ def analyze(
         fits = fit_all(FitInput(runs, curves, ref, bootstrap, seed, n_jobs), wanted)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
-        residuals = _residuals(runs, a3, sigma, with_parabolas="2" in wanted)
+        verdict = judge_laws(fits, runs, selection.holdout, sigma)
+        residuals = _residuals(runs, fits, sigma, with_parabolas="2" in wanted)
         refits: ConventionTable | Skipped = NOT_REQUESTED
         if conventions and wanted & {"2", "3"}:
             refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
@@ -145,13 +154,14 @@ def analyze(
         conventions={"N": runs.n_convention, "C": runs.c_convention,
                      "kaplan": runs.kaplan_n_c()[2]},
         reference_flops=ref, n_resamples=bootstrap, seed=seed, fits=fits,
-        comparison=compare_documented(fits, ref),
+        comparison=compare_documented(fits, ref, verdict),
         selection=selection, noise=noise, residuals=residuals,
         holdout=check_holdout(selection.holdout, a3, a2),
         convention_refits=refits, schedules=compare_schedules(all_runs, sigma),
         extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
         noise_propagation=_propagation(runs, sigma, a2, ref, bootstrap, seed),
-        agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in ("1", "2", "3")}),
+        agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in PAIRS}),
+        verdict=verdict,
     )
 
 
@@ -161,22 +171,31 @@ def fit_all(inp: FitInput, wanted: set[str]) -> dict[str, Estimate | Skipped]:
             for name, spec in FITS.items()}
 
 
-def compare_documented(fits: Mapping[str, Estimate | Skipped],
-                       ref: float) -> tuple[ComparisonRow, ...]:
-    """The published values (analysis.checks.published) against each fit's estimates."""
+def compare_documented(fits: Mapping[str, Estimate | Skipped], ref: float,
+                       verdict: Verdict | None = None) -> tuple[ComparisonRow, ...]:
+    """The published values (analysis.checks.published) against each fit's estimates; a law
+    that does not describe the runs (``verdict``) is never called consistent with them."""
     estimates = {
         name: (est.reason if isinstance(est, Skipped) else (dict(est.point), est.intervals))
         for name, est in fits.items()
     }
-    return compare(estimates, tokens_note=f"at C = {ref:.3g}")
+    judged = None if verdict is None else {
+        v.approach: ("" if v.describes else v.reason()) for v in verdict.laws}
+    return compare(estimates, tokens_note=f"at C = {ref:.3g}", not_describing=judged)
 
 
-def _residuals(runs: RunsTable, a3: Estimate | Skipped, sigma: float | None, *,
-               with_parabolas: bool) -> tuple[ResidualCheck, ...]:
+def _residuals(runs: RunsTable, fits: Mapping[str, Estimate | Skipped], sigma: float | None,
+               *, with_parabolas: bool) -> tuple[ResidualCheck, ...]:
+    """Approach 3's, the parabolas' and the other laws' (analysis.checks.verdict.LAWS)."""
+    a3 = fits.get("3", NOT_REQUESTED)
     out: tuple[ResidualCheck, ...] = (
         () if isinstance(a3, Skipped) else (approach3_residuals(runs, a3.fit, sigma),))
     if with_parabolas:
         out += approach2_residuals(runs, sigma)
+    for name, (what, n_params) in LAWS.items():
+        est = fits.get(name, NOT_REQUESTED)
+        if name != "3" and isinstance(est, Estimate):
+            out += (law_residuals(what, runs, est.fit.loss, n_params, sigma),)
     return out
 
 

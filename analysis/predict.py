@@ -33,8 +33,11 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
     p.add_argument("--flops", type=float, required=True, metavar="C", help="compute budget")
-    p.add_argument("--approach", choices=("1", "2", "3"), default="3",
-                   help="which allocation to use (default 3, the only one with a loss)")
+    p.add_argument("--approach", choices=("1", "2", "3", "interaction", "kaplan_joint"),
+                   default="3",
+                   help="which allocation to use (default 3; 3 and the laws with an "
+                        "interaction also predict the loss; fit.json's summary.headline says "
+                        "which law describes the runs)")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                    help="bootstrap resamples for the intervals (default 1000; 0: none)")
     p.add_argument("--seed", type=int, default=0)

@@ -18,6 +18,7 @@ from analysis.checks.conventions import ConventionTable, GeneralAllocation
 from analysis.checks.heldout import FrontierLaw, HoldoutCheck
 from analysis.checks.noise import NoiseEstimate
 from analysis.checks.schedules import ScheduleComparison
+from analysis.checks.verdict import summarise
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.table import FITS
 
@@ -175,6 +176,10 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
                       {"status": "ok",
                        "pairs": [row.to_json_dict() for row in result.agreement]}),
         "holdout": holdout_to_json(result.holdout),
+        "laws": ([] if result.verdict is None else
+                 [v.to_json_dict() for v in result.verdict.laws]),
+        "summary": (None if result.verdict is None else
+                    summarise(result.fits, result.verdict, result.reference_flops)),
         "convention_refits": conventions_to_json(result.convention_refits),
         "schedules": schedules_to_json(result.schedules),
     })

@@ -3,6 +3,7 @@ with documented values, the extrapolation check, and one JSON schema."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -64,7 +65,7 @@ def test_json_is_strict_and_has_the_documented_shape(result):
                         "reference_flops", "bootstrap", "approaches", "comparison",
                         "extrapolation", "fitted", "noise", "residuals", "holdout",
                         "convention_refits", "schedules", "noise_split", "noise_propagation",
-                        "agreement"}
+                        "agreement", "laws", "summary"}
     assert out["noise_split"] is None
     assert out["noise_propagation"]["status"] == "skipped"
     # No seeds, no held-out runs, no WSD runs: each check says so instead of inventing one.
@@ -81,9 +82,16 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     assert two["ci95"]["a"][0] <= two["a"] <= two["ci95"]["a"][1]
     assert out["extrapolation"]["3"]["status"] == "ok"
     # Approaches 2 and 3 on data drawn from one law: their paired difference contains 0.
-    (pair,) = out["agreement"]["pairs"]
-    assert (pair["first"], pair["second"], pair["n_paired"]) == ("2", "3", 40)
+    # Every bootstrapped approach and law is paired with every other, on the same draws.
+    pairs = {(p["first"], p["second"]): p for p in out["agreement"]["pairs"]}
+    assert set(pairs) == set(itertools.combinations(["2", "3", "interaction", "kaplan_joint",
+                                                     "quadratic"], 2))
+    pair = pairs["2", "3"]
+    assert pair["n_paired"] == 40
     assert pair["difference_ci"][0] <= 0 <= pair["difference_ci"][1] and pair["agree"]
+    # No noise measured: no law can be said to describe the runs; the headline says so.
+    assert out["summary"]["headline"]["describes_runs"] is False
+    assert all(law["residual_noise_ratio"] is None for law in out["laws"])
 
 
 def test_a_single_budget_skips_approaches_2_and_3_with_the_reason():

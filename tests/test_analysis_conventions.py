@@ -87,8 +87,10 @@ def test_four_rows_the_first_is_the_main_analysis(runs, table):
     first = table.rows[0]
     assert first.label == "N = params_total, C = 6·N·D"
     assert first.approach2.point["a"] == pytest.approx(main.approach2.point["a"], rel=1e-12)
+    # The main analysis reads the allocation numerically along the lines (analysis.fits.
+    # optimum), the convention refit in closed form: equal to the optimiser's precision.
     assert first.approach3.point["tokens_per_param"] == pytest.approx(
-        main.approach3.point["tokens_per_param"], rel=1e-9)
+        main.approach3.point["tokens_per_param"], rel=1e-5)
     for row in table.rows:
         for est in (row.approach2, row.approach3):
             assert isinstance(est, Estimate) and est.bootstrap.n_resamples == 20

@@ -11,6 +11,7 @@ import pytest
 from analysis.analyze import Skipped, analyze
 from analysis.checks.noise import collapse_replicates, estimate_noise, replicate_groups
 from analysis.checks.residuals import approach3_residuals, expected_rms
+from analysis.checks.verdict import LAWS
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 from analysis.runs.table import runs_from_arrays
 
@@ -110,10 +111,14 @@ def test_expected_rms_counts_seeds_and_degrees_of_freedom():
 
 def test_the_true_law_fits_down_to_the_noise(result):
     ratios = {r.what: r.ratio for r in result.residuals}
-    assert set(ratios) == {"Approach 3"} | {f"Approach 2, budget {b:.4g}" for b in BUDGETS}
+    laws = {what for name, (what, _) in LAWS.items() if name != "3"}
+    assert set(ratios) == ({"Approach 3"} | laws
+                           | {f"Approach 2, budget {b:.4g}" for b in BUDGETS})
     assert 0.7 < ratios["Approach 3"] < 1.4
+    # The interaction law nests the true (additive) law: it fits down to the noise too.
+    assert 0.7 < ratios[LAWS["interaction"][0]] < 1.4
     # One budget has 7 - 3 = 4 degrees of freedom: single ratios scatter, their median less.
-    assert 0.5 < np.median([r for w, r in ratios.items() if w != "Approach 3"]) < 1.5
+    assert 0.5 < np.median([r for w, r in ratios.items() if w.startswith("Approach 2")]) < 1.5
 
 
 def test_a_misfit_is_many_times_the_noise(runs, result):

@@ -51,6 +51,9 @@ TOY = FitSpec("trend", "Loss trend (ln L against ln C)", run_loss_trend,
               json_fields=lambda f: {"intercept": f.intercept, "n_points": f.n_points})
 
 
+BUILTIN = ["kaplan", "1", "2", "3", "interaction", "kaplan_joint", "quadratic"]
+
+
 @pytest.fixture
 def toy(monkeypatch):
     monkeypatch.setitem(table.FITS, TOY.name, TOY)  # = register(TOY), removed after the test
@@ -64,10 +67,10 @@ def runs():
 
 def test_a_registered_fit_is_in_fit_json_and_the_report(toy, runs):
     result = analyze(runs, bootstrap=16, seed=0, conventions=False)
-    assert list(result.fits) == ["kaplan", "1", "2", "3", "trend"]  # table order
+    assert list(result.fits) == [*BUILTIN, "trend"]  # table order
 
     out = analysis_to_json(result)["approaches"]
-    assert set(out) == {"kaplan", "1", "2", "3", "trend"}
+    assert set(out) == {*BUILTIN, "trend"}
     trend = out["trend"]
     assert trend["status"] == "ok"
     assert trend["loss_slope"] == pytest.approx(result.fits["trend"].fit.slope)
@@ -95,7 +98,7 @@ def test_a_registered_fit_is_an_approach_choice_and_can_be_left_out(toy, runs):
 
 def test_the_builtin_report_has_no_other_fits_section(runs):
     result = analyze(runs, bootstrap=0, conventions=False)
-    assert list(result.fits) == ["kaplan", "1", "2", "3"]
+    assert list(result.fits) == BUILTIN
     ri = ReportInput(name="toy", command="pytest", runs=result.fitted_runs, figures={},
                      samples=None, sample_prompt="", provenance=("test",))
     assert "(approach " not in to_markdown(build(result, ri))

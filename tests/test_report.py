@@ -24,6 +24,7 @@ import pytest
 
 from analysis import report
 from analysis.reporting import figures, samples
+from analysis.reporting.provenance import portable
 from analysis.runs.synthetic import ChinchillaLaw
 from pipeline import keys
 
@@ -145,7 +146,13 @@ def test_fit_json_has_the_fit_schema_and_runs_csv_the_runs(sweep_report):
     assert fit["bootstrap"] == {"resamples": 40, "seed": 0}
     assert [e["run"] for e in fit["excluded"]] == ["gpt-div"]
     assert {k: v["status"] for k, v in fit["approaches"].items()} == {
-        "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok"}
+        "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok", "interaction": "ok",
+        "kaplan_joint": "ok", "quadratic": "ok"}
+    # The summary a researcher (or a script) reads first (docs/analysis.md).
+    assert set(fit["summary"]["headline"]) >= {
+        "approach", "a", "a_ci95", "b", "tokens_per_param", "tokens_per_param_ci95",
+        "residual_noise_ratio", "holdout_rel_error"}
+    assert set(fit["summary"]["approaches"]) >= {"1", "2", "3", "interaction", "quadratic"}
     runs = pd.read_csv(sweep_report / "runs.csv")
     assert len(runs) == fit["n_runs"] and "div" not in set(runs["run_id"])
     assert {"N", "D", "C", "loss", "budget", "corpus_fingerprint"} <= set(runs.columns)
@@ -295,7 +302,9 @@ def test_the_first_lines_say_how_to_regenerate(sweep_report):
     assert lines[0] == "# Scaling report: demo"
     m = re.fullmatch(r"Regenerate with: `cd (\S+) && (python -m analysis\.report .*)`", lines[2])
     assert m, lines[2]
-    assert Path(m.group(1)) == sweep_report.parent.parent
+    # Outside the checkout: the folder as a committed report may show it, never absolute.
+    assert m.group(1) == portable(str(sweep_report.parent.parent.resolve()))
+    assert not re.search(r"(^|[\s=])/[^/\s]", lines[2]), lines[2]
     assert "--sweep demo --tracking-uri sqlite:///" in m.group(2)
     assert m.group(2).endswith("--bootstrap 40 --seed 0")
 
@@ -397,7 +406,8 @@ def test_provenance_names_code_data_and_machine(sweep_report):
     section = md.split("## Provenance", 1)[1]
     sweep_file = sweep_report.parent.parent / "demo.yaml"
     digest = hashlib.sha256(sweep_file.read_bytes()).hexdigest()
-    assert f"sweep file: {sweep_file} (sha256 {digest})" in section
+    assert f"sweep file: {portable(str(sweep_file.resolve()))} (sha256 {digest})" in section
+    assert "<local>/demo.yaml" in section and str(sweep_report.parent.parent) not in section
     assert "name: demo" in section  # the sweep file itself
     assert f"corpus fingerprint (sha256): {'c0ffee' * 4}" in section
     assert "corpus: stdlib; tokenizer: bytes" in section

@@ -23,8 +23,10 @@ import numpy as np
 from analysis.fits.bootstrap import LEVEL, Bootstrap, Interval
 from analysis.fits.results import Estimate, Skipped
 
-PAIRS = ("1", "2", "3")
-"""Chinchilla's approaches, compared pairwise on a (b = 1 − a under C = 6·N·D)."""
+PAIRS = ("1", "2", "3", "interaction", "kaplan_joint", "quadratic")
+"""Chinchilla's approaches, the laws with an interaction and the model-free check, compared
+pairwise on a. Every one reads a off the same C (the sweep's budgets, analysis.fits.optimum)
+and bootstraps the same draws of runs, so their paired differences are defined."""
 
 
 @dataclass(frozen=True)
@@ -96,14 +98,14 @@ def paired_difference(first: Bootstrap, second: Bootstrap, name: str,
 
 def compare_approaches(estimates: Mapping[str, Estimate | Skipped],
                        quantity: str = "a") -> tuple[Agreement, ...] | Skipped:
-    """Every pair of bootstrapped approaches among 1, 2 and 3, compared on ``quantity``."""
+    """Every pair of bootstrapped approaches among ``PAIRS``, compared on ``quantity``."""
     usable = {name: est for name, est in estimates.items()
               if name in PAIRS and isinstance(est, Estimate) and est.bootstrap is not None
               and quantity in est.bootstrap.samples}
     if len(usable) < 2:
         return Skipped(f"fewer than two approaches have a bootstrap of {quantity}")
     rows = []
-    for one, two in itertools.combinations(sorted(usable), 2):
+    for one, two in itertools.combinations([p for p in PAIRS if p in usable], 2):
         first, second = usable[one], usable[two]
         try:
             diff_ci, n_paired = paired_difference(first.bootstrap, second.bootstrap, quantity)

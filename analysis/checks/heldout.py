@@ -33,6 +33,7 @@ from analysis.errors import FitError
 from analysis.fits.approach2 import Approach2Fit
 from analysis.fits.approach3 import Approach3Fit
 from analysis.fits.bootstrap import LEVEL, Interval
+from analysis.fits.optimum import line_costs
 from analysis.fits.powerlaw import fit_power_law
 from analysis.fits.results import Estimate, Skipped
 from analysis.runs.table import RunsTable
@@ -148,11 +149,16 @@ def check_holdout(holdout: RunsTable | None, approach3: Estimate[Approach3Fit] |
             frontier = fit_frontier(approach2.fit)
         except FitError as err:
             frontier = Skipped(str(err))
-    frame = collapse_replicates(holdout).frame
+    collapsed = collapse_replicates(holdout)
+    frame = collapsed.frame
     names = frame["run_name"] if "run_name" in frame.columns else frame["run_id"]
     rows = []
+    # The frontier and Approach 2's N_opt(C) are functions of the line cost (the budget label
+    # where the run has one, analysis.fits.optimum), so the held-out run is read at its own.
+    costs = line_costs(collapsed)
     for i in range(len(frame)):
-        n, d, c, loss = (float(frame[k].iloc[i]) for k in ("N", "D", "C", "loss"))
+        n, d, loss = (float(frame[k].iloc[i]) for k in ("N", "D", "loss"))
+        c = float(costs[i])
         n_seeds, std = int(frame["n_seeds"].iloc[i]), float(frame["loss_std"].iloc[i])
         predicted3 = ci3 = predicted_frontier = ratio = None
         if isinstance(approach3, Estimate):

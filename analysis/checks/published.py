@@ -15,6 +15,7 @@ tokens-per-parameter ratio are compared.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from analysis.fits.bootstrap import Interval
@@ -74,32 +75,52 @@ class ComparisonRow:
     inside: bool | None
     """Whether the documented value lies inside our 95% interval (None: no interval)."""
     note: str = ""
+    describes_runs: bool | None = None
+    """Whether the approach's law describes the runs (analysis.checks.verdict); None for an
+    approach that is not a law judged there (Kaplan's separate laws, Approaches 1 and 2)."""
+
+    @property
+    def consistent(self) -> bool | None:
+        """"Consistent with the documented value": inside our interval *and* from a law that
+        describes the runs. A law that does not is never called consistent (issue 16)."""
+        if self.inside is None:
+            return None
+        return self.inside and self.describes_runs is not False
 
     def to_json_dict(self) -> dict:
         return {
             "source": self.source, "quantity": self.quantity, "approach": self.approach,
             "documented": self.documented, "estimate": self.estimate,
             "ci95": None if self.ci95 is None else self.ci95.as_list(),
-            "inside": self.inside, "note": self.note,
+            "inside": self.inside, "describes_runs": self.describes_runs,
+            "consistent": self.consistent, "note": self.note,
         }
 
 
 def compare(estimates: dict[str, tuple[dict[str, float], dict[str, Interval]] | str],
-            *, tokens_note: str = "") -> tuple[ComparisonRow, ...]:
+            *, tokens_note: str = "",
+            not_describing: Mapping[str, str] | None = None) -> tuple[ComparisonRow, ...]:
     """One row per documented value.
 
     ``estimates`` maps an approach ("kaplan", "1", "2", "3") to (point statistics, 95%
-    intervals), or to the reason the approach was skipped.
+    intervals), or to the reason the approach was skipped. ``not_describing`` maps each judged
+    law (analysis.checks.verdict) that does not describe the runs to the reason, and each
+    that does to "" ; its rows are then never "consistent".
     """
+    judged = {} if not_describing is None else dict(not_describing)
     rows = []
     for doc in DOCUMENTED:
         entry = estimates.get(doc.approach, "not run")
         note = doc.note
+        describes = None if doc.approach not in judged else not judged[doc.approach]
+        if describes is False:
+            note = (f"{note}; this law does not describe the runs ({judged[doc.approach]}), "
+                    "so a value inside its interval is not agreement")
         if doc.quantity == "tokens_per_param" and tokens_note:
             note = f"{note}; ours {tokens_note}"
         if isinstance(entry, str):
             rows.append(ComparisonRow(doc.source, doc.quantity, doc.approach, doc.value,
-                                      None, None, None, f"{note}; skipped: {entry}"))
+                                      None, None, None, f"{note}; skipped: {entry}", describes))
             continue
         point, intervals = entry
         estimate = point.get(doc.quantity)
@@ -108,5 +129,5 @@ def compare(estimates: dict[str, tuple[dict[str, float], dict[str, Interval]] | 
             note = f"{note}; not estimated"
         inside = None if interval is None or estimate is None else interval.contains(doc.value)
         rows.append(ComparisonRow(doc.source, doc.quantity, doc.approach, doc.value,
-                                  estimate, interval, inside, note))
+                                  estimate, interval, inside, note, describes))
     return tuple(rows)

@@ -15,6 +15,7 @@ With k ≤ p the fit interpolates and there is nothing to judge (ratio None).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,11 +69,17 @@ def expected_rms(sigma: float | None, seeds: np.ndarray, n_params: int) -> float
 def approach3_residuals(runs: RunsTable, fit: Approach3Fit,
                         sigma: float | None) -> ResidualCheck:
     """Residuals of L(N, D) on the points it was fitted to."""
-    resid = fit.loss(runs.column("N"), runs.column("D")) - runs.column("loss")
+    return law_residuals("Approach 3", runs, fit.loss, APPROACH3_PARAMS, sigma)
+
+
+def law_residuals(what: str, runs: RunsTable, loss: Callable[[np.ndarray, np.ndarray], object],
+                  n_params: int, sigma: float | None) -> ResidualCheck:
+    """Residuals of any fitted law L(N, D) (``loss``) with ``n_params`` parameters."""
+    resid = np.asarray(loss(runs.column("N"), runs.column("D"))) - runs.column("loss")
     return ResidualCheck(
-        what="Approach 3", budget=None, n_points=len(runs), n_params=APPROACH3_PARAMS,
+        what=what, budget=None, n_points=len(runs), n_params=n_params,
         rms=float(np.sqrt(np.mean(resid**2))),
-        expected_rms=expected_rms(sigma, n_seeds(runs), APPROACH3_PARAMS))
+        expected_rms=expected_rms(sigma, n_seeds(runs), n_params))
 
 
 def approach2_residuals(runs: RunsTable, sigma: float | None) -> tuple[ResidualCheck, ...]:

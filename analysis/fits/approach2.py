@@ -8,6 +8,13 @@ outside the model sizes sampled at that budget) is *flagged* and left out of the
 fit, with the reason: extrapolating a parabola beyond its points is how IsoFLOP fits go
 silently wrong (Porian et al. 2024 drop such budgets too). D_opt at a budget comes from the
 straight line of log D on log N through that budget's runs (exactly C/(6·N_opt) for C = 6ND).
+
+The x of each point in N_opt ∝ C^a is the budget itself (its planned label: the compute the
+sweep held constant along that IsoFLOP line, in the sweep's own FLOP convention), the same C
+at which every law's optimum is read (analysis.fits.optimum). Regressing against each set's
+mean 6·N·D instead asked a different question whenever the sweep holds exact FLOPs constant
+(issue 16: a = 0.524 against the mean 6ND, 0.543 against the budgets, on the same minima). A
+run set without a positive label falls back to the geometric mean of its runs' C.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ class BudgetMinimum:
     budget: float
     """The budget label (planned C)."""
     flops: float
-    """Geometric mean of the runs' actual C: the x of this point in N_opt ∝ C^a."""
+    """The x of this point in N_opt ∝ C^a: the budget label (module docstring)."""
     n_runs: int
     n_sizes: int
     ok: bool
@@ -73,8 +80,9 @@ def budget_minimum(budget: float, n: np.ndarray, d: np.ndarray, c: np.ndarray,
     """Fit loss = p0 + p1·x + p2·x² with x = ln N (centred) at one budget; locate the vertex."""
     x = np.log(n)
     n_sizes = int(np.unique(np.round(x, 9)).size)
-    base = dict(budget=float(budget), flops=float(np.exp(np.mean(np.log(c)))),
-                n_runs=int(n.size), n_sizes=n_sizes)
+    label = float(budget)
+    flops = label if np.isfinite(label) and label > 0 else float(np.exp(np.mean(np.log(c))))
+    base = dict(budget=label, flops=flops, n_runs=int(n.size), n_sizes=n_sizes)
     if n_sizes < MIN_SIZES:
         return BudgetMinimum(**base, ok=False,
                              reason=f"{n_sizes} model size(s); a parabola needs {MIN_SIZES}")

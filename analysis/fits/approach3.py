@@ -28,6 +28,9 @@ checks it against the full grid on a smaller grid and against the recorded full-
 
 Compute-optimal allocation for C = 6·N·D (Hoffmann et al. 2022, Eq. 4 and Appendix D.2):
 a = β/(α+β), b = α/(α+β), G = (αA/(βB))^(1/(α+β)), N_opt = G·(C/6)^a, D_opt = G⁻¹·(C/6)^b.
+The table of fits reports instead the one definition every law shares (analysis.fits.optimum:
+the law minimised along the sweep's own IsoFLOP lines), which equals this closed form for a
+6·N·D sweep and differs from it when the sweep holds exact FLOPs constant (``a_6nd`` keeps it).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from scipy.optimize import minimize
 
 from analysis.errors import FitError
 from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.optimum import IsoFlopLines, optimal_allocation
 from analysis.fits.powerlaw import as_positive, require_points, require_varying
 from analysis.threads import single_threaded_blas
 
@@ -181,15 +185,35 @@ class Approach3Fit:
     def optimal_loss(self, flops: float | np.ndarray) -> float | np.ndarray:
         return self.loss(self.n_opt(flops), self.d_opt(flops))
 
-    def statistics(self, flops: float) -> dict[str, float]:
-        """The named quantities the bootstrap collects; the allocation and loss at ``flops``."""
-        return {
+    def log_loss(self, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
+        """ln L̂ = LSE(ln A − α ln N, ln B − β ln D, ln E): what the optimum minimises."""
+        if self.theta:  # the fitted logs: exp(e) may have underflowed to E = 0
+            ln_a, ln_b, ln_e = self.theta[:3]
+        else:
+            with np.errstate(divide="ignore"):
+                ln_a, ln_b, ln_e = np.log(self.A), np.log(self.B), np.log(self.E)
+        return np.logaddexp(np.logaddexp(ln_a - self.alpha * ln_n, ln_b - self.beta * ln_d),
+                            ln_e)
+
+    def statistics(self, flops: float, lines: IsoFlopLines | None = None) -> dict[str, float]:
+        """The named quantities the bootstrap collects; the allocation and loss at ``flops``.
+
+        With ``lines`` the allocation (a, b, n_opt, d_opt, tokens_per_param, loss_opt) is the
+        one definition of analysis.fits.optimum, the law minimised along the sweep's IsoFLOP
+        lines; without (direct calls, the convention refits), Hoffmann's closed form for
+        C = 6·N·D. The two agree for a 6·N·D sweep; ``a_6nd`` keeps the closed form always.
+        """
+        out = {
             "E": self.E, "A": self.A, "B": self.B, "alpha": self.alpha, "beta": self.beta,
             "a": self.a, "b": self.b, "G": self.G,
             "n_opt": float(self.n_opt(flops)), "d_opt": float(self.d_opt(flops)),
             "tokens_per_param": float(self.tokens_per_param(flops)),
             "loss_opt": float(self.optimal_loss(flops)),
         }
+        if lines is not None:
+            out["a_6nd"] = self.a
+            out.update(optimal_allocation(self.log_loss, lines, flops).statistics())
+        return out
 
 
 @dataclass(frozen=True)
@@ -199,24 +223,28 @@ class _Data:
     ln_loss: np.ndarray
 
 
-def _prepare(n: object, d: object, loss: object) -> _Data:
-    """Validate and take logs; FitError for anything the law cannot be fitted to."""
-    n_arr = as_positive("N", n, what=WHAT)
-    d_arr = as_positive("D", d, what=WHAT)
-    l_arr = as_positive("loss", loss, what=WHAT)
+def prepare(n: object, d: object, loss: object, what: str = WHAT) -> _Data:
+    """Validate and take logs; FitError for anything the law cannot be fitted to (also used
+    by analysis.fits.interaction, whose law needs the same of its points)."""
+    n_arr = as_positive("N", n, what=what)
+    d_arr = as_positive("D", d, what=what)
+    l_arr = as_positive("loss", loss, what=what)
     if not n_arr.size == d_arr.size == l_arr.size:
-        raise FitError(f"{WHAT}: N, D and loss have {n_arr.size}, {d_arr.size}, {l_arr.size} values")
-    require_points(n_arr.size, 5, what=WHAT)
-    require_varying("loss", l_arr, what=WHAT)
+        raise FitError(f"{what}: N, D and loss have {n_arr.size}, {d_arr.size}, {l_arr.size} values")
+    require_points(n_arr.size, 5, what=what)
+    require_varying("loss", l_arr, what=what)
     ln_n, ln_d = np.log(n_arr), np.log(d_arr)
     dn, dd = ln_n - ln_n.mean(), ln_d - ln_d.mean()
     var_n, var_d, cov = np.mean(dn * dn), np.mean(dd * dd), np.mean(dn * dd)
     if var_n <= 1e-18 or var_d <= 1e-18 or 1.0 - cov * cov / (var_n * var_d) < 1e-10:
         raise FitError(
-            f"{WHAT}: log N and log D are collinear (a single compute budget, or one model "
+            f"{what}: log N and log D are collinear (a single compute budget, or one model "
             "size, or D ∝ N), so A/N^alpha and B/D^beta cannot be told apart"
         )
     return _Data(ln_n, ln_d, np.log(l_arr))
+
+
+_prepare = prepare  # the name the tests and older callers use
 
 
 def screen_starts(data: _Data, grid: StartGrid, keep: int | None,
@@ -262,7 +290,7 @@ def fit_approach3(
     ``keep`` screened grid starts are optimised (None: the whole grid); ``warm_starts``
     (rows of θ) are optimised too, e.g. the full-data optimum in a bootstrap refit.
     """
-    data = _prepare(n, d, loss)
+    data = prepare(n, d, loss)
     starts = screen_starts(data, grid, keep, delta)
     if warm_starts is not None:
         starts = np.vstack([np.atleast_2d(warm_starts), starts])
@@ -299,17 +327,19 @@ class _Refit:
     starts: np.ndarray
     delta: float
     flops: float
+    lines: IsoFlopLines | None = None
 
     def __call__(self, idx: np.ndarray) -> dict[str, float]:
         sample = fit_approach3(self.n[idx], self.d[idx], self.loss[idx], keep=0,
                                warm_starts=self.starts, delta=self.delta)
-        return sample.statistics(self.flops)
+        return sample.statistics(self.flops, self.lines)
 
 
 def bootstrap_approach3(
     n: object, d: object, loss: object, fit: Approach3Fit, *,
     flops: float, n_resamples: int, seed: int, n_jobs: int = 1,
     grid: StartGrid = DEFAULT_GRID, starts_per_refit: int = BOOTSTRAP_STARTS,
+    lines: IsoFlopLines | None = None,
 ) -> Bootstrap:
     """Resample runs, refit, and collect every parameter and derived quantity.
 
@@ -317,11 +347,12 @@ def bootstrap_approach3(
     grid starts with the lowest objective on the full data (in case a resample's optimum
     lies in another basin). A full grid per resample would cost ~1000x more; on 10 resampled
     synthetic IsoFLOP sets the full-data optimum alone already reached the same minimum as
-    20 screened starts. ``flops``: the compute at which tokens per parameter is reported.
+    20 screened starts. ``flops``: the compute at which tokens per parameter is reported;
+    ``lines``: the sweep's IsoFLOP lines, for the allocation of every refit along them.
     """
     n_arr, d_arr, l_arr = (np.asarray(v, dtype=float) for v in (n, d, loss))
-    data = _prepare(n_arr, d_arr, l_arr)
+    data = prepare(n_arr, d_arr, l_arr)
     starts = np.vstack([np.asarray(fit.theta), screen_starts(data, grid, starts_per_refit,
                                                              fit.delta)])
-    refit = _Refit(n_arr, d_arr, l_arr, starts, fit.delta, float(flops))
+    refit = _Refit(n_arr, d_arr, l_arr, starts, fit.delta, float(flops), lines)
     return run_bootstrap(len(n_arr), refit, n_resamples=n_resamples, seed=seed, n_jobs=n_jobs)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import FitError
+from analysis.fits.optimum import line_costs
 from analysis.runs.table import RunsTable
 
 DEFAULT_GRID_POINTS = 48
@@ -43,7 +44,8 @@ def build_curves(runs: RunsTable, curves: pd.DataFrame | None, *,
                  kaplan: bool = False) -> list[Curve | None]:
     """One Curve per row of ``runs`` (None where the run has fewer than two usable points).
 
-    ``kaplan``: use non-embedding N and Kaplan's C (when the table has them).
+    ``kaplan``: use non-embedding N and Kaplan's C (when the table has them); otherwise N and
+    the run's cost on its IsoFLOP line (``analysis.fits.optimum.line_costs``).
     Usable points have tokens > 0 and a finite, positive loss; they are sorted by tokens.
     """
     if curves is None or curves.empty:
@@ -51,7 +53,10 @@ def build_curves(runs: RunsTable, curves: pd.DataFrame | None, *,
     if kaplan:
         n_col, c_col, _ = runs.kaplan_n_c()
     else:
-        n_col, c_col = runs.column("N"), runs.column("C")
+        # Each run's cost on its IsoFLOP line (its budget label, else C): the FLOP convention
+        # in which every other approach reads its optimum (analysis.fits.optimum), so Approach
+        # 1's N_opt(C) is a function of the same C as theirs.
+        n_col, c_col = runs.column("N"), line_costs(runs)
     per_token = c_col / runs.column("D")
     by_run = {str(k): g for k, g in curves.groupby("run_id", sort=False)}
     out: list[Curve | None] = []

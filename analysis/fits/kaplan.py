@@ -13,13 +13,17 @@ a run is kept when its loss is below that of every run with a smaller-or-equal N
 or D (for L(D)). With a full N x D grid this is the longest-trained run per size (and the
 largest model per data size); with an IsoFLOP grid it is an approximation that reports say is
 one. L(C_min) and N_opt(C) come from the envelope of training curves (analysis.fits.envelope).
-The joint law is fitted to every run by least squares on log L.
+The joint law is fitted to every run by least squares on log L. The table of fits also has it
+as a law of its own ("kaplan_joint", ``fit_joint_law``): fitted on the sweep's N rather than
+Kaplan's, with the allocation it implies along the sweep's IsoFLOP lines (analysis.fits.optimum),
+so it can be compared with, and judged like, the other laws (issue 16).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -60,9 +64,19 @@ class KaplanJoint:
     n_points: int
     rmse_log: float
 
+    n_params: ClassVar[int] = 4
+
     def __call__(self, n: float | np.ndarray, d: float | np.ndarray) -> float | np.ndarray:
-        return np.exp(_joint_log_loss(np.array([self.alpha_N, self.alpha_D, np.log(self.N_c),
-                                                np.log(self.D_c)]), np.log(n), np.log(d)))
+        return np.exp(self.log_loss(np.log(n), np.log(d)))
+
+    def log_loss(self, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
+        """ln L̂ at (ln N, ln D): what the optimum (analysis.fits.optimum) minimises."""
+        return _joint_log_loss(np.array([self.alpha_N, self.alpha_D, np.log(self.N_c),
+                                         np.log(self.D_c)]), ln_n, ln_d)
+
+    def parameters(self) -> dict[str, float]:
+        return {"alpha_N": self.alpha_N, "alpha_D": self.alpha_D, "N_c": self.N_c,
+                "D_c": self.D_c}
 
 
 def _joint_log_loss(p: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
@@ -104,6 +118,17 @@ def fit_kaplan_joint(n: object, d: object, loss: object, *,
         D_c=float(np.exp(ln_dc)), n_points=int(ln_n.size),
         rmse_log=float(np.sqrt(2.0 * best.cost / ln_n.size)),
     )
+
+
+def fit_joint_law(n: object, d: object, loss: object, start: object = None) -> KaplanJoint:
+    """The joint law as a law of the table (analysis.fits.laws): on the sweep's own N, so its
+    allocation is read in the same convention as every other law's. ``start``: a previous
+    fit, the only start of a bootstrap refit (least squares does not stop early there)."""
+    starts = None
+    if isinstance(start, KaplanJoint):
+        starts = [(start.alpha_N, start.alpha_D, float(np.log(start.N_c)),
+                   float(np.log(start.D_c)))]
+    return fit_kaplan_joint(n, d, loss, starts=starts)
 
 
 @dataclass(frozen=True)

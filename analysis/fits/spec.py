@@ -58,15 +58,16 @@ class FitSpec:
 
 def estimate(fit_fn: Callable[[], FitT], stats_fn: Callable[[FitT], Mapping[str, float]],
              boot_fn: Callable[[FitT], Bootstrap] | None) -> Estimate[FitT] | Skipped:
-    """Fit, then bootstrap; FitError from the fit becomes Skipped with its message, from the
-    bootstrap an Estimate without intervals (``bootstrap_error``)."""
+    """Fit, then bootstrap; FitError from the fit or its statistics becomes Skipped with its
+    message, from the bootstrap an Estimate without intervals (``bootstrap_error``)."""
     try:
         fit = fit_fn()
+        point = stats_fn(fit)  # the allocation along the lines can fail too (minimum on a bound)
     except FitError as err:
         return Skipped(str(err))
     if boot_fn is None:
-        return Estimate(fit, stats_fn(fit))
+        return Estimate(fit, point)
     try:
-        return Estimate(fit, stats_fn(fit), bootstrap=boot_fn(fit))
+        return Estimate(fit, point, bootstrap=boot_fn(fit))
     except FitError as err:
-        return Estimate(fit, stats_fn(fit), bootstrap_error=str(err))
+        return Estimate(fit, point, bootstrap_error=str(err))

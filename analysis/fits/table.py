@@ -1,6 +1,7 @@
 """The table of fits: one entry per fit approach, what everything else iterates.
 
-``FITS`` maps an approach name ("kaplan", "1", "2", "3") to a ``FitSpec``: its title, how to
+``FITS`` maps an approach name ("kaplan", "1", "2", "3", and the laws with an N x D interaction
+"interaction" and "kaplan_joint" and the model-free check "quadratic") to a ``FitSpec``: its title, how to
 fit, bootstrap and summarise it on a sweep (``run``), which fields beyond its point statistics
 go into fit.json (``json_fields``), and whether the report has sections of its own for it.
 ``analysis.analyze`` fits every entry, ``analysis.schema`` writes each as
@@ -21,12 +22,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from analysis.errors import FitError
 from analysis.fits.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
 from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
 from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
 from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.envelope import build_curves
-from analysis.fits.kaplan import KaplanFit, bootstrap_kaplan, fit_kaplan
+from analysis.fits.interaction import InteractionLaw, run_interaction
+from analysis.fits.kaplan import KaplanFit, bootstrap_kaplan, fit_joint_law, fit_kaplan
+from analysis.fits.laws import LawFit, run_law
+from analysis.fits.optimum import lines_from_runs
+from analysis.fits.quadratic import QuadraticSurface, run_quadratic
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput, FitSpec, estimate
 
@@ -102,11 +108,15 @@ def _run_approach2(inp: FitInput) -> Estimate | Skipped:
 def _run_approach3(inp: FitInput) -> Estimate | Skipped:
     n, d, loss = inp.columns("N", "D", "loss")
     ref = inp.reference_flops
+    try:
+        lines = lines_from_runs(inp.runs)
+    except FitError as err:
+        return Skipped(str(err))
     return estimate(
-        lambda: fit_approach3(n, d, loss), lambda f: f.statistics(ref),
+        lambda: fit_approach3(n, d, loss), lambda f: f.statistics(ref, lines),
         _boot(inp, lambda f: bootstrap_approach3(n, d, loss, f, flops=ref,
                                                  n_resamples=inp.n_resamples, seed=inp.seed,
-                                                 n_jobs=inp.n_jobs)))
+                                                 n_jobs=inp.n_jobs, lines=lines)))
 
 
 def _allocation_fields(fit: Approach1Fit | Approach2Fit) -> dict[str, Any]:
@@ -134,3 +144,39 @@ register(FitSpec("2", "Chinchilla Approach 2 (IsoFLOP parabolas)", _run_approach
                  _allocation_fields, own_report_sections=True))
 register(FitSpec("3", "Chinchilla Approach 3 (L = E + A/N^α + B/D^β)", _run_approach3,
                  _approach3_fields, own_report_sections=True))
+
+
+# --------------------------------------------------------------------------- laws with an N x D
+# interaction and the model-free check (issue 16). Each is a law of analysis.fits.laws: its
+# allocation is the one definition of analysis.fits.optimum, as Approach 3's is.
+
+
+def _law_fields(fit: LawFit) -> dict[str, Any]:
+    alloc, law = fit.allocation, fit.law
+    out: dict[str, Any] = {
+        "n_params": fit.n_params,
+        "allocation": {"budgets": list(alloc.budgets), "n_opt": list(alloc.n_opt),
+                       "d_opt": list(alloc.d_opt), "on_bound": list(alloc.on_bound),
+                       "reference_on_bound": alloc.ref_on_bound},
+    }
+    if isinstance(law, InteractionLaw):
+        out.update(objective=law.objective, converged=law.converged, n_points=law.n_points)
+    elif isinstance(law, QuadraticSurface):
+        out.update(coefficients=list(law.coef), rmse_log=law.rmse_log, n_points=law.n_points)
+    else:
+        out.update(n_points=law.n_points, rmse_log=law.rmse_log)
+    return out
+
+
+def _run_kaplan_joint(inp: FitInput) -> Estimate | Skipped:
+    return run_law(inp, fit_joint_law)
+
+
+# The report shows them in its section on the laws and the allocation (analysis.reporting.laws).
+register(FitSpec("interaction", "Interaction law (L = E + (A/N^α + B/D^β)^γ)", run_interaction,
+                 _law_fields, own_report_sections=True))
+register(FitSpec("kaplan_joint", "Kaplan joint law on the sweep's N "
+                 "(L = [(N_c/N)^(α_N/α_D) + D_c/D]^α_D)", _run_kaplan_joint, _law_fields,
+                 own_report_sections=True))
+register(FitSpec("quadratic", "Model-free check: quadratic surface of ln L in (ln N, ln D)",
+                 run_quadratic, _law_fields, own_report_sections=True))

@@ -16,7 +16,6 @@ import pandas as pd
 from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.checks.extrapolation import ExtrapolationCheck
 from analysis.fits.approach2 import BudgetMinimum, budget_minimum
-from analysis.fits.bootstrap import Interval
 from analysis.reporting.checks import (
     conventions_section,
     holdout_section,
@@ -26,7 +25,8 @@ from analysis.reporting.checks import (
     schedules_section,
 )
 from analysis.reporting.document import Block, Bullets, Code, Figure, Heading, Paragraph, Table
-from analysis.reporting.figures import CHINCHILLA_A, KAPLAN_A, Drawn
+from analysis.reporting.figures import Drawn
+from analysis.reporting.laws import headline_line, judged_position, laws_section
 from analysis.reporting.other_fits import other_fits_section
 from analysis.reporting.samples import Sample
 from analysis.runs.table import RunsTable
@@ -85,25 +85,6 @@ def _few_resamples(est: Estimate) -> str:
     return f"; only {b.n_resamples - b.n_failed} of {b.n_resamples} resamples could be fitted"
 
 
-def _position(iv: Interval | None, a: float) -> str:
-    """Which documented exponent(s) our interval for a admits."""
-    if iv is None:
-        closer = "Chinchilla" if abs(a - CHINCHILLA_A) <= abs(a - KAPLAN_A) else "Kaplan"
-        return f"closer to {closer} (no interval to test)"
-    chin, kap = iv.contains(CHINCHILLA_A), iv.contains(KAPLAN_A)
-    if chin and kap:
-        return (f"cannot tell Chinchilla from Kaplan: {fmt_interval(iv)} contains both "
-                f"{CHINCHILLA_A} and {KAPLAN_A}")
-    if chin:
-        return (f"consistent with Chinchilla (a ≈ {CHINCHILLA_A} inside {fmt_interval(iv)}), "
-                f"not with Kaplan ({KAPLAN_A} outside)")
-    if kap:
-        return (f"consistent with Kaplan ({KAPLAN_A} inside {fmt_interval(iv)}), not with "
-                f"Chinchilla ({CHINCHILLA_A} outside)")
-    return (f"consistent with neither: {fmt_interval(iv)} excludes Chinchilla's "
-            f"{CHINCHILLA_A} and Kaplan's {KAPLAN_A}")
-
-
 def summary_lines(result: Analysis) -> list[str]:
     """Exponents, tokens per parameter at the largest budget, verdict; then the approaches'
     agreement on a, the held-out runs and (when measured) the run-to-run noise."""
@@ -117,7 +98,8 @@ def summary_lines(result: Analysis) -> list[str]:
     noise = noise_summary(result)
     if noise is not None:
         checks.append(noise)
-    return _fit_lines(result) + checks
+    headline = headline_line(result)
+    return ([] if headline is None else [headline]) + _fit_lines(result) + checks
 
 
 def _fit_lines(result: Analysis) -> list[str]:
@@ -136,8 +118,7 @@ def _fit_lines(result: Analysis) -> list[str]:
     tokens = "; ".join(f"{value_ci(est, 'tokens_per_param')} (Approach {name})"
                        for name, est in fits)
     name, est = fits[0]
-    verdict = "; ".join(f"Approach {n}: {_position(e.ci95('a'), e.point['a'])}"
-                        for n, e in fits)
+    verdict = "; ".join(f"Approach {n}: {judged_position(result, n, e)}" for n, e in fits)
     tpp_iv = est.ci95("tokens_per_param")
     tpp = est.point["tokens_per_param"]
     if tpp_iv is None:
@@ -209,7 +190,7 @@ def isoflop_section(result: Analysis, ri: ReportInput) -> list[Block]:
                   fmt(m.n_opt) if m.ok else "—", fmt(m.d_opt) if m.ok else "—",
                   fmt(m.loss_opt) if m.ok else "—", "yes" if m.ok else f"no: {m.reason}")
                  for m in minima)
-    blocks.append(Table(("budget", "mean C (FLOPs)", "runs", "sizes", "N_opt", "D_opt",
+    blocks.append(Table(("budget", "C of the fit (FLOPs)", "runs", "sizes", "N_opt", "D_opt",
                          "loss at N_opt", "used"), rows,
                         (True, True, True, True, True, True, True, False)))
     return blocks
@@ -361,16 +342,19 @@ def extrapolation_section(result: Analysis, ri: ReportInput) -> list[Block]:
 
 def comparison_section(result: Analysis) -> list[Block]:
     rows = []
+    words = {True: "yes", False: "no", None: "—"}
     for row in result.comparison:
-        inside = {True: "yes", False: "no", None: "—"}[row.inside]
         rows.append((row.source, row.quantity, row.approach, fmt(row.documented),
-                     fmt(row.estimate), fmt_interval(row.ci95), inside, row.note))
+                     fmt(row.estimate), fmt_interval(row.ci95), words[row.inside],
+                     words[row.consistent], row.note))
     return [Heading("Every exponent against the documented values"),
-            Paragraph("Is the documented value inside our 95% bootstrap interval? Constants "
+            Paragraph("Is the documented value inside our 95% bootstrap interval? It is "
+                      "called consistent only when, besides, the approach's law describes "
+                      "the runs (section on the laws above). Constants "
                       "(E, A, B, N_c, D_c) depend on tokenizer and data and are not compared."),
             Table(("source", "quantity", "approach", "documented", "ours", "95% interval",
-                   "inside", "note"), tuple(rows),
-                  (False, False, False, True, True, False, False, False))]
+                   "inside", "consistent", "note"), tuple(rows),
+                  (False, False, False, True, True, False, False, False, False))]
 
 
 def _status(row: pd.Series, fitted_schedule: str, seeds: bool) -> str:
@@ -453,7 +437,8 @@ def build(result: Analysis, ri: ReportInput) -> list[Block]:
         Bullets(tuple(summary_lines(result))),
     ]
     return (header + isoflop_section(result, ri) + frontier_section(result, ri)
-            + allocation_section(result, ri) + kaplan_section(result, ri)
+            + allocation_section(result, ri) + laws_section(result)
+            + kaplan_section(result, ri)
             + approach3_section(result, ri) + other_fits_section(result.fits)
             + noise_section(result)
             + extrapolation_section(result, ri) + holdout_section(result)

@@ -1,0 +1,170 @@
+"""A parametric law with an N x D interaction: L(N, D) = E + (A/N^α + B/D^β)^γ.
+
+Why: the additive law E + A/N^α + B/D^β (Approach 3) has ∂²L/∂lnN∂lnD = 0, so it cannot
+describe runs in which larger models gain more from extra data. At small scale the runs show
+exactly that (issue 16: a quadratic surface in ln N, ln D has a clear cross term, the additive
+fit's residuals form an inverted U against N/N_opt, and its IsoFLOP profiles are ~2.7x too
+flat, which bends β down and a low). Raising the reducible part to a power γ couples the two
+terms: for γ ≠ 1 the cross derivative is non-zero; γ = 1 is Chinchilla's law exactly. The form
+is the one DESIGN.md ("Fitting") names; Kaplan's joint law ((N_c/N)^(α_N/α_D) + D_c/D)^α_D
+is the E = 0 member with one exponent fixed by the other.
+
+Fitted by Approach 3's machinery (analysis.fits.approach3; Hoffmann et al. 2022, App. D.2, as
+corrected by Besiroglu et al. 2024): in logs with log-sum-exp,
+
+    ln L̂ = LSE(e, γ · LSE(a − α ln N, b − β ln D)),   A = exp(a), B = exp(b), E = exp(e),
+
+Huber δ = 1e-3 on ln L̂ − ln L, *summed* over points, L-BFGS-B with the analytic gradient and
+Approach 3's tolerances, from Approach 3's grid of starts times γ ∈ ``GAMMA_STARTS``, screened
+all at once (the best ``DEFAULT_KEEP`` are optimised). γ is bounded to [GAMMA_MIN, GAMMA_MAX]
+so the form cannot turn into a law whose loss grows with N or D. Its allocation has no closed
+form: it is the one definition of analysis.fits.optimum, like every law's.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize
+
+from analysis.errors import FitError
+from analysis.fits.approach3 import (
+    DEFAULT_GRID,
+    DEFAULT_KEEP,
+    GRADIENT_TOLERANCE,
+    HUBER_DELTA,
+    LBFGS_OPTIONS,
+    StartGrid,
+    prepare,
+)
+from analysis.fits.laws import Law, run_law
+from analysis.fits.results import Estimate, Skipped
+from analysis.fits.spec import FitInput
+from analysis.threads import single_threaded_blas
+
+WHAT = "Interaction law (L = E + (A/N^alpha + B/D^beta)^gamma)"
+GAMMA_STARTS = (0.5, 1.0, 2.0)
+GAMMA_MIN, GAMMA_MAX = 0.05, 10.0
+BOOTSTRAP_STARTS = 3
+"""Screened full-data grid starts each bootstrap refit also runs from (as Approach 3)."""
+N_PARAMS = 6
+
+
+def _huber(r: np.ndarray, delta: float) -> np.ndarray:
+    abs_r = np.abs(r)
+    return np.where(abs_r <= delta, 0.5 * r * r, delta * (abs_r - 0.5 * delta))
+
+
+def log_loss(theta: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
+    """ln L̂ for θ = (a, b, e, α, β, γ), overflow-free."""
+    a, b, e, alpha, beta, gamma = theta
+    return np.logaddexp(e, gamma * np.logaddexp(a - alpha * ln_n, b - beta * ln_d))
+
+
+def huber_objective(theta: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray, ln_loss: np.ndarray,
+                    delta: float = HUBER_DELTA) -> tuple[float, np.ndarray]:
+    """Sum of Huber terms of ln L̂ − ln L and its analytic gradient in θ.
+
+    With s = LSE(u1, u2), w_i its softmax weights, t = γ s and σ_t, σ_e the weights of t and
+    e in the outer LSE: ∂lnL̂/∂a = σ_t γ w1, ∂/∂b = σ_t γ w2, ∂/∂e = σ_e, ∂/∂α = −σ_t γ w1 ln N,
+    ∂/∂β = −σ_t γ w2 ln D, ∂/∂γ = σ_t s; the Huber derivative is clip(r, −δ, δ).
+    """
+    a, b, e, alpha, beta, gamma = theta
+    s = np.logaddexp(a - alpha * ln_n, b - beta * ln_d)
+    w1 = np.exp(a - alpha * ln_n - s)
+    t = gamma * s
+    pred = np.logaddexp(e, t)
+    sig_t = np.exp(t - pred)
+    r = pred - ln_loss
+    psi = np.clip(r, -delta, delta)
+    pt = psi * sig_t
+    g1, g2 = pt * gamma * w1, pt * gamma * (1.0 - w1)
+    grad = np.array([g1.sum(), g2.sum(), np.dot(psi, 1.0 - sig_t), -np.dot(g1, ln_n),
+                     -np.dot(g2, ln_d), np.dot(pt, s)])
+    return float(_huber(r, delta).sum()), grad
+
+
+def start_points(grid: StartGrid = DEFAULT_GRID) -> np.ndarray:
+    """Approach 3's grid of (a, b, e, α, β) times the γ starts: rows of θ."""
+    return np.array(list(itertools.product(grid.a, grid.b, grid.e, grid.alpha, grid.beta,
+                                           GAMMA_STARTS)))
+
+
+def screen(starts: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray, ln_loss: np.ndarray,
+           keep: int, delta: float = HUBER_DELTA) -> np.ndarray:
+    """The ``keep`` starts with the lowest objective, evaluated in chunks (bounded memory)."""
+    if keep <= 0:
+        return starts[:0]
+    f0 = np.concatenate([
+        _huber(log_loss(chunk.T[:, :, None], ln_n, ln_d) - ln_loss, delta).sum(axis=1)
+        for chunk in np.array_split(starts, max(1, len(starts) // 500))])
+    return starts[np.argsort(f0, kind="stable")[:keep]]
+
+
+@dataclass(frozen=True)
+class InteractionLaw:
+    """Fitted L = E + (A/N^α + B/D^β)^γ (a ``Law`` of analysis.fits.laws)."""
+
+    theta: tuple[float, ...]
+    """(ln A, ln B, ln E, α, β, γ)."""
+    objective: float
+    converged: bool
+    n_points: int
+    backup_starts: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
+    """The screened full-data grid starts a bootstrap refit also tries."""
+    n_params: int = N_PARAMS
+
+    def log_loss(self, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
+        return log_loss(np.asarray(self.theta), np.asarray(ln_n), np.asarray(ln_d))
+
+    def parameters(self) -> dict[str, float]:
+        ln_a, ln_b, ln_e, alpha, beta, gamma = self.theta
+        return {"E": float(np.exp(ln_e)), "A": float(np.exp(ln_a)), "B": float(np.exp(ln_b)),
+                "alpha": alpha, "beta": beta, "gamma": gamma}
+
+
+def fit_interaction(n: object, d: object, loss: object, start: Law | None = None, *,
+                    keep: int = DEFAULT_KEEP, grid: StartGrid = DEFAULT_GRID,
+                    delta: float = HUBER_DELTA) -> InteractionLaw:
+    """Fit the law to runs; ``start`` (a previous fit: the bootstrap's warm start) replaces the
+    grid by its optimum and its backup starts."""
+    data = prepare(n, d, loss, what=WHAT)
+    args = (data.ln_n, data.ln_d, data.ln_loss, delta)
+    if isinstance(start, InteractionLaw):
+        starts = np.array([start.theta, *start.backup_starts])
+        backups = start.backup_starts
+    else:
+        screened = screen(start_points(grid), *args[:3], keep=max(keep, BOOTSTRAP_STARTS),
+                          delta=delta)
+        starts = screened[:keep]
+        backups = tuple(tuple(float(v) for v in row) for row in screened[:BOOTSTRAP_STARTS])
+    bounds = [(None, None)] * 5 + [(GAMMA_MIN, GAMMA_MAX)]
+    best = None
+    with single_threaded_blas():
+        for x0 in starts:
+            x0 = np.asarray(x0, dtype=float).copy()
+            x0[5] = np.clip(x0[5], GAMMA_MIN, GAMMA_MAX)
+            res = minimize(huber_objective, x0, args=args, jac=True, method="L-BFGS-B",
+                           bounds=bounds, options=LBFGS_OPTIONS)
+            if np.all(np.isfinite(res.x)) and np.isfinite(res.fun) and (
+                    best is None or res.fun < best.fun):
+                best = res
+    if best is None:
+        raise FitError(f"{WHAT}: no L-BFGS-B run reached a finite optimum")
+    ln_a, ln_b, ln_e, alpha, beta, gamma = (float(v) for v in best.x)
+    if not (alpha > 0 and beta > 0):
+        raise FitError(f"{WHAT}: fitted alpha = {alpha:.4g}, beta = {beta:.4g}; both must be > 0")
+    if max(ln_a, ln_b, ln_e) > 700:
+        raise FitError(f"{WHAT}: a coefficient overflows; the fit is degenerate")
+    interior = GAMMA_MIN < gamma < GAMMA_MAX
+    return InteractionLaw(
+        theta=tuple(float(v) for v in best.x), objective=float(best.fun),
+        converged=bool(best.success or (interior and np.max(np.abs(best.jac)) < GRADIENT_TOLERANCE)),
+        n_points=int(data.ln_n.size), backup_starts=backups)
+
+
+def run_interaction(inp: FitInput) -> Estimate | Skipped:
+    """The table entry: fit, allocation along the lines, bootstrap (analysis.fits.laws)."""
+    return run_law(inp, fit_interaction)

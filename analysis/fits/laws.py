@@ -1,0 +1,93 @@
+"""A fitted law L(N, D) with the allocation it implies: what the law entries of the table share.
+
+The interaction law (analysis.fits.interaction), Kaplan's joint law on the sweep's N
+(analysis.fits.kaplan) and the model-free quadratic surface (analysis.fits.quadratic) are
+each a ``Law``: ln L̂(ln N, ln D), its named parameters and their count. ``run_law`` fits one
+on the selected runs, reads its allocation off the sweep's IsoFLOP lines with the one
+definition of the optimum (analysis.fits.optimum), and bootstraps both over runs: each
+resample refits the law and minimises it along the *same* lines (the FLOP convention is a
+property of the model shapes, not a random quantity), so the 95% interval of a is the
+interval of that a.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.optimum import Allocation, IsoFlopLines, lines_from_runs, optimal_allocation
+from analysis.fits.results import Estimate, Skipped
+from analysis.fits.spec import FitInput, estimate
+
+
+class Law(Protocol):
+    """A fitted L(N, D)."""
+
+    n_params: int
+
+    def log_loss(self, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray: ...
+
+    def parameters(self) -> dict[str, float]: ...
+
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
+FitLaw = Callable[[np.ndarray, np.ndarray, np.ndarray, "Law | None"], Law]
+"""fit(N, D, loss, start): ``start`` is the full-data fit (a warm start) in a bootstrap."""
+
+
+@dataclass(frozen=True)
+class LawFit:
+    """A law and its allocation along the sweep's lines."""
+
+    law: Law
+    allocation: Allocation
+    lines: IsoFlopLines
+
+    def loss(self, n: float | np.ndarray, d: float | np.ndarray) -> np.ndarray:
+        return np.exp(self.law.log_loss(np.log(np.asarray(n, dtype=float)),
+                                        np.log(np.asarray(d, dtype=float))))
+
+    @property
+    def n_params(self) -> int:
+        return self.law.n_params
+
+    def statistics(self) -> dict[str, float]:
+        return {**self.law.parameters(), **self.allocation.statistics()}
+
+
+def fit_law(fit: FitLaw, arrays: Arrays, lines: IsoFlopLines, reference: float,
+            start: Law | None = None) -> LawFit:
+    law = fit(*arrays, start)
+    return LawFit(law, optimal_allocation(law.log_loss, lines, reference), lines)
+
+
+@dataclass(frozen=True)
+class _Refit:
+    """One bootstrap refit (module level, so worker processes can unpickle it)."""
+
+    fit: FitLaw
+    arrays: Arrays
+    lines: IsoFlopLines
+    reference: float
+    start: Law
+
+    def __call__(self, idx: np.ndarray) -> dict[str, float]:
+        sample = tuple(a[idx] for a in self.arrays)
+        return fit_law(self.fit, sample, self.lines, self.reference, self.start).statistics()
+
+
+def run_law(inp: FitInput, fit: FitLaw) -> Estimate | Skipped:
+    """Fit ``fit`` on the selected runs, its allocation, and its bootstrap over runs."""
+    arrays = tuple(inp.runs.column(k) for k in ("N", "D", "loss"))
+    lines = lines_from_runs(inp.runs)
+    ref = inp.reference_flops
+    boot = None
+    if inp.n_resamples > 0:
+        def boot(f: LawFit) -> Bootstrap:
+            return run_bootstrap(len(arrays[0]), _Refit(fit, arrays, lines, ref, f.law),
+                                 n_resamples=inp.n_resamples, seed=inp.seed, n_jobs=inp.n_jobs)
+    return estimate(lambda: fit_law(fit, arrays, lines, ref), LawFit.statistics, boot)

@@ -1,0 +1,114 @@
+"""Which law describes the runs and the headline allocation (analysis.checks.verdict), the
+"consistent with" rule of the published comparison, and fit.json's "summary" (issue 16)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_fits_optimum import BUDGETS, AdditiveTruth, InteractionTruth, _true_optimum
+
+from analysis.analyze import analyze
+from analysis.checks.published import compare
+from analysis.checks.verdict import (
+    HOLDOUT_TARGET,
+    NOISE_RATIO_LIMIT,
+    LawVerdict,
+    choose_headline,
+)
+from analysis.fits.bootstrap import Interval
+from analysis.fits.optimum import fit_lines, optimal_allocation
+from analysis.reporting.laws import headline_line, laws_section
+from analysis.runs.table import RunsTable, runs_from_arrays
+from analysis.schema import analysis_to_json
+
+
+def study(law, *, seeds: int = 2, sizes: int = 7, noise: float = 0.003,
+          seed: int = 0) -> RunsTable:
+    """An IsoFLOP sweep with seed replicates and a held-out budget 3x above the largest, at
+    the true optimum: the shape of the default study."""
+    rng = np.random.default_rng(seed)
+    n = np.concatenate([m * np.logspace(-0.6, 0.6, sizes) for m in _true_optimum(law).n_opt])
+    c = np.repeat(BUDGETS, sizes)
+    n, c = np.repeat(n, seeds), np.repeat(c, seeds)
+    hold = 3.0 * BUDGETS.max()
+    lines = fit_lines([1e6, 1e12], [1.0, 1.0], [6e6, 6e12], [hold / 2, hold])
+    n_hold = optimal_allocation(law.log_loss, lines, hold).n_ref
+    n, c = np.append(n, [n_hold] * seeds), np.append(c, [hold] * seeds)
+    d = c / (6.0 * n)
+    loss = law.loss(n, d) * np.exp(noise * rng.standard_normal(n.size))
+    return runs_from_arrays(
+        n, d, loss, budget=c, n_kaplan=n, run_ids=[f"r{i}" for i in range(n.size)],
+        extra={"seed": np.tile(np.arange(seeds), n.size // seeds),
+               "role": ["main"] * (n.size - seeds) + ["holdout"] * seeds,
+               "schedule": "cosine"})
+
+
+@pytest.fixture(scope="module")
+def interaction_result():
+    return analyze(study(InteractionTruth()), bootstrap=8, seed=0, conventions=False)
+
+
+def _law(name: str, ratio: float | None, holdout: float | None = 0.0, rms: float = 1.0):
+    return LawVerdict(name, name, rms, None if ratio is None else rms / ratio, holdout, 1)
+
+
+def test_a_law_describes_the_runs_only_within_both_targets():
+    assert _law("3", NOISE_RATIO_LIMIT).describes
+    assert not _law("3", NOISE_RATIO_LIMIT * 1.01).describes
+    assert not _law("3", 1.0, holdout=-1.01 * HOLDOUT_TARGET).describes
+    assert _law("3", 1.0, holdout=None).describes  # no held-out budget: the ratio decides
+    assert not _law("3", None).describes  # no noise measured: it cannot be said
+
+
+def test_the_headline_rule():
+    # Among laws that describe the runs, the lowest ratio...
+    assert choose_headline((_law("3", 1.4), _law("interaction", 1.1),
+                            _law("kaplan_joint", 1.0, holdout=0.05))) == "interaction"
+    # ...if none does, the lowest ratio (labelled as not describing: the Verdict says so)...
+    assert choose_headline((_law("3", 2.9), _law("kaplan_joint", 2.1))) == "kaplan_joint"
+    # ...the model-free check never headlines, and without noise the lowest RMS does.
+    assert choose_headline((_law("3", 1.9), _law("quadratic", 1.0))) == "3"
+    assert choose_headline((_law("3", None, rms=2.0), _law("interaction", None))) == \
+        "interaction"
+    assert choose_headline((_law("quadratic", 1.0),)) is None
+
+
+def test_a_law_that_does_not_describe_the_runs_is_never_consistent():
+    point = {"a": 0.5, "b": 0.5, "tokens_per_param": 20.0}
+    wide = {k: Interval(0.0, 100.0) for k in point}
+    rows = compare({"3": (point, wide)}, not_describing={"3": "residual/noise 2.9 (> 1.5)"})
+    threes = [r for r in rows if r.approach == "3" and r.estimate is not None]
+    assert threes and all(r.inside and r.consistent is False for r in threes)
+    assert all("does not describe the runs" in r.note for r in threes)
+    rows = compare({"3": (point, wide)}, not_describing={"3": ""})
+    assert all(r.consistent for r in rows if r.approach == "3" and r.estimate is not None)
+
+
+def test_on_an_interaction_law_the_interaction_law_headlines(interaction_result):
+    verdict = interaction_result.verdict
+    assert verdict.headline == "interaction" and verdict.headline_describes
+    assert not verdict.law("3").describes  # the additive law misses the interaction
+    summary = analysis_to_json(interaction_result)["summary"]
+    head = summary["headline"]
+    assert head["approach"] == "interaction" and head["describes_runs"] is True
+    assert head["residual_noise_ratio"] <= NOISE_RATIO_LIMIT
+    assert abs(head["holdout_rel_error"]) <= HOLDOUT_TARGET
+    low, high = head["a_ci95"]
+    assert low <= head["a"] <= high and head["tokens_per_param"] > 0
+    assert {"1", "2", "3", "interaction", "kaplan_joint", "quadratic"} >= set(
+        summary["approaches"]) >= {"2", "3", "interaction", "kaplan_joint", "quadratic"}
+    for entry in summary["approaches"].values():
+        assert {"a", "a_ci95", "tokens_per_param"} <= set(entry)
+
+
+def test_the_report_states_the_convention_and_the_headline(interaction_result):
+    line = headline_line(interaction_result)
+    assert line is not None and "interaction" in line and "describes the runs" in line
+    text = " ".join(str(getattr(b, "text", "")) for b in laws_section(interaction_result))
+    assert "along the sweep's own IsoFLOP lines" in text and "Headline rule" in text
+
+
+def test_on_the_additive_law_the_additive_law_describes_the_runs():
+    result = analyze(study(AdditiveTruth()), bootstrap=0, conventions=False)
+    assert result.verdict.law("3").describes
+    assert result.verdict.headline_describes

@@ -80,7 +80,7 @@ def headline_line(result: Analysis) -> str | None:
     status = ("describes the runs" if law.describes else
               "the best available, but it does **not** describe the runs")
     then = ("" if not law.describes else
-            f"; a is {position(est.ci95('a'), est.point['a'])}")
+            f"; against the documented exponents: {position(est.ci95('a'), est.point['a'])}")
     return (f"**Headline allocation** ({name}: {law.what}; {status}: {law.reason()}): "
             f"a = {_vci(est, 'a')}, b = {_vci(est, 'b')}, "
             f"{_vci(est, 'tokens_per_param')} tokens per parameter at "

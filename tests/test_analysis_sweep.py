@@ -147,7 +147,9 @@ def test_fit_command_prints_the_json_schema(store, capsys):
     assert {e["run"] for e in out["excluded"]} == {"gpt-div", "gpt-oom", "gpt-live"}
     approaches = out["approaches"]
     assert {k: v["status"] for k, v in approaches.items()} == {
-        "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok"}
+        "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok", "interaction": "ok",
+        "kaplan_joint": "ok", "quadratic": "ok"}
+    assert out["summary"]["headline"]["approach"] in ("3", "interaction", "kaplan_joint")
     three = approaches["3"]
     for name in ("E", "A", "B", "alpha", "beta", "a", "b"):
         assert isinstance(three[name], float)

@@ -1,0 +1,5 @@
+import sys
+
+from pipeline.ledger.archive import main
+
+sys.exit(main())

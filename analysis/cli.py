@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from analysis.errors import AnalysisError
+from analysis.errors import AnalysisError, DataError
 from analysis.runs.table import RunsTable
 
 EXIT_INPUT_ERROR = 2
@@ -34,13 +34,29 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         help="drop the K highest-loss CSV rows (Besiroglu et al. drop 5)")
     parser.add_argument("--tracking-uri", metavar="URI",
                         help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or MLflow's)")
-    parser.add_argument("--flops-convention", default="6nd",
-                        help="which final/flops_<convention> is C (default 6nd: C = 6ND, "
-                             "the convention of Approach 3's allocation)")
+    parser.add_argument("--flops-convention", default=None,
+                        help="which final/flops_<convention> is C (default: the sweep file's "
+                             "flops_convention with --sweep-file, else 6nd: C = 6ND)")
     parser.add_argument("--sweep-file", metavar="FILE",
                         help="the sweep's YAML file: with --sweep, only the runs it plans now "
                              "are used (not those of an earlier recipe); recorded with its "
                              "sha256 in a report's provenance")
+
+
+def flops_convention(args: argparse.Namespace) -> str:
+    """The C the fits read: --flops-convention if given, else the sweep file's own (the
+    budgets of its IsoFLOP lines are in that convention, so Approach 2's sets lie on them),
+    else 6nd (Chinchilla's C = 6ND, the only one a CSV of published runs has)."""
+    if args.flops_convention is not None:
+        return str(args.flops_convention)
+    if args.sweep and args.sweep_file:
+        from pipeline.config import SweepError, load_sweep
+
+        try:
+            return str(load_sweep(args.sweep_file).flops_convention)
+        except SweepError as e:
+            raise DataError(str(e)) from e
+    return "6nd"
 
 
 def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None]:
@@ -49,7 +65,7 @@ def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None
 
     if args.sweep:
         data = load_sweep(args.sweep, tracking_uri=args.tracking_uri,
-                          flops_convention=args.flops_convention)
+                          flops_convention=flops_convention(args))
         runs = data.runs
         if args.sweep_file:
             from analysis.runs.planned import restrict_to_sweep_file

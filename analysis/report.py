@@ -82,7 +82,7 @@ def regenerate_command(args: argparse.Namespace) -> str:
                         ("--out", args.out)):
         if value is not None:
             parts += [flag, value]
-    if args.flops_convention != "6nd":
+    if args.flops_convention is not None:
         parts += ["--flops-convention", args.flops_convention]
     parts += ["--bootstrap", str(args.bootstrap), "--seed", str(args.seed)]
     if args.jobs != 1:

@@ -4,6 +4,7 @@ one) and CSV files of published data, including every kind of malformed input.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -229,3 +230,27 @@ def test_a_ledger_without_the_recipe_gets_the_defaults(sweep):
     assert set(frame["seed"]) == {-1} and set(frame["role"]) == {"main"}
     assert set(frame["schedule"]) == {""} and set(frame["branch_of"]) == {""}
     assert frame["lr"].isna().all()
+
+
+def test_c_is_the_sweep_files_convention_unless_the_command_names_one(tmp_path):
+    import argparse
+
+    from analysis.cli import flops_convention
+
+    def args(**kw):
+        base = {"sweep": "demo", "sweep_file": None, "flops_convention": None}
+        return argparse.Namespace(**{**base, **kw})
+
+    sweeps = Path(__file__).resolve().parents[1] / "sweeps"
+    assert flops_convention(args(sweep_file=str(sweeps / "chinchilla.yaml"))) == "exact"
+    sixnd = tmp_path / "quickstart_6nd.yaml"
+    sixnd.write_text((sweeps / "quickstart.yaml").read_text().replace(
+        "flops_convention: exact", "flops_convention: 6nd"))
+    assert flops_convention(args(sweep_file=str(sixnd))) == "6nd"
+    assert flops_convention(args(sweep_file=str(sweeps / "chinchilla.yaml"),
+                                 flops_convention="6nd")) == "6nd"
+    assert flops_convention(args()) == "6nd"  # no file to ask: Chinchilla's C = 6ND
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nflops_convention: 7nd\n")
+    with pytest.raises(DataError, match="bad.yaml"):
+        flops_convention(args(sweep_file=str(bad)))

@@ -11,6 +11,9 @@ Reported, per approach:
     loss model);
   * N_opt: the refit's N_opt at the held-out compute against a reference: the held-out
     budget's own parabola minimum when it has an interior one, else the full-data fit.
+    Approach 3's N_opt is its law minimised along the sweep's IsoFLOP lines at the held-out
+    budget (analysis.fits.optimum, the allocation every approach reports), not the closed
+    form for C = 6·N·D, which on an exact-FLOP sweep answers another question.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from analysis.errors import FitError
 from analysis.fits.approach2 import Approach2Fit, budget_minimum, fit_approach2
 from analysis.fits.approach3 import Approach3Fit, fit_approach3
+from analysis.fits.optimum import lines_from_runs, n_opt_along
 from analysis.runs.table import RunsTable
 
 HELD_OUT_FRACTION = 0.1
@@ -98,8 +102,11 @@ def check_approach3(runs: RunsTable, full: Approach3Fit) -> ExtrapolationCheck:
     refit = fit_approach3(n[split.train], d[split.train], loss[split.train])
     flops = float(np.exp(np.mean(np.log(c[held]))))
     rel = np.abs(refit.loss(n[held], d[held]) - loss[held]) / loss[held]
-    predicted = float(refit.n_opt(flops))
-    reference, kind = _reference_n_opt(runs, split, float(full.n_opt(flops)))
+    # The lines are the sweep's geometry (cost / 6ND against N), not its losses: all runs.
+    lines = lines_from_runs(runs)
+    cost = split.budget_label if split.budget_label is not None else flops
+    predicted, _ = n_opt_along(refit.log_loss, lines, cost)
+    reference, kind = _reference_n_opt(runs, split, n_opt_along(full.log_loss, lines, cost)[0])
     return ExtrapolationCheck(
         approach="3", held_out=split.description, n_train=int(split.train.sum()),
         n_held_out=int(held.sum()), flops=flops, n_opt_predicted=predicted,

@@ -164,6 +164,13 @@ def _minimise(log_loss: LogLoss, lines: IsoFlopLines, ln_c: float) -> tuple[floa
     return x, min(float(res.fun), float(values[k])), on_bound
 
 
+def n_opt_along(log_loss: LogLoss, lines: IsoFlopLines, flops: float) -> tuple[float, bool]:
+    """(N_opt, on the search bound?) of ``log_loss`` along the line of cost ``flops``: the
+    allocation at one compute, as ``optimal_allocation`` finds it at each budget."""
+    x, _, edge = _minimise(log_loss, lines, float(np.log(flops)))
+    return float(np.exp(x)), edge
+
+
 def optimal_allocation(log_loss: LogLoss, lines: IsoFlopLines, reference: float) -> Allocation:
     """Minimise ``log_loss`` along the lines at every budget and at ``reference``.
 

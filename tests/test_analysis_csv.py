@@ -33,6 +33,17 @@ def test_csv_derives_d_from_c_and_finds_repeated_budgets(tmp_path):
     assert "D = C/(6N)" in runs.source
 
 
+def test_csv_derives_n_from_c_and_d_for_isoflop_points_published_without_n(tmp_path):
+    """Dubey et al. 2024 (Fig. 2) publish IsoFLOP points as C and D: N = C/(6D)."""
+    rows = ["C,D,L"] + [f"{c},{d},{3 - i * 0.05}" for i, (c, d) in enumerate(
+        [(1e18, 1e9), (1e18, 2e9), (1e18, 4e9), (4e18, 2e9), (4e18, 4e9), (4e18, 8e9)])]
+    runs = load_csv(_write(tmp_path, "\n".join(rows)), c_col="C", d_col="D", loss_col="L",
+                    budget_col="C", log=lambda _: None)
+    np.testing.assert_allclose(runs.column("N"), runs.column("C") / (6 * runs.column("D")))
+    assert "N = C/(6D)" in runs.source and runs.n_convention == "C/(6D) (no N column)"
+    np.testing.assert_array_equal(np.unique(runs.column("budget")), [1e18, 4e18])
+
+
 def test_csv_derives_c_from_n_and_d_with_explicit_columns(tmp_path):
     path = _write(tmp_path, "params,toks,L\n1e6,2e7,3.0\n2e6,2e7,2.9\n4e6,8e7,2.7\n")
     runs = load_csv(path, n_col="params", d_col="toks", loss_col="L", log=lambda _: None)
@@ -92,8 +103,10 @@ def test_a_report_runs_csv_loads_back_with_what_the_fits_need(tmp_path):
     ("N,D,loss\n1e6,1e7,3\n2e6,2e7,2.9\n", {"n_col": "params"},
      r"runs\.csv: no column 'params' \(--n-col\); the columns are 'N', 'D', 'loss'"),
     ("size,D,loss\n1e6,1e7,3\n", {},
-     r"runs\.csv: no N \(parameters\) column: none of N, params.*\(give --n-col\)"),
-    ("N,loss\n1e6,3\n2e6,2.9\n", {}, r"runs\.csv: needs a D \(tokens\) or a C \(FLOPs\) column"),
+     r"runs\.csv: needs two of N, D and C; no N \(parameters, --n-col\) and C \(FLOPs, "
+     r"--c-col\) column \(aliases N, params.*the columns are 'size', 'D', 'loss'"),
+    ("N,loss\n1e6,3\n2e6,2.9\n", {}, r"runs\.csv: needs two of N, D and C; no D \(tokens"),
+    ("N,D,err\n1e6,1e7,3\n", {}, r"runs\.csv: no loss column: none of .*\(give --loss-col\)"),
     ("N,D,loss\n1e6,1e7,3\n2e6,2e7,\n4e6,1e8,2.5\n", {},
      r"runs\.csv: column 'loss' has 1 missing or non-numeric value\(s\) \(lines 3\)"),
     ("N,D,loss\n1e6,1e7,3\n-2e6,2e7,2.9\n", {},

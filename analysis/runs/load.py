@@ -11,7 +11,8 @@ the tags; a ledger older than them gets the defaults of ``analysis.runs.table.OP
 
 CSV: one row per run; columns mapped by name (defaults recognise the Epoch Chinchilla file
 and plain N/D/C/loss); D = C/(6N) when the file has no D column (as Besiroglu et al. 2024 do
-for the Chinchilla data), C = 6·N·D when it has no C column. Optional columns ``seed`` (default 0) and ``role``
+for the Chinchilla data), N = C/(6D) when it has no N column (IsoFLOP points published as C and
+D only, as Dubey et al. 2024, Fig. 2), C = 6·N·D when it has no C column. Optional columns ``seed`` (default 0) and ``role``
 ("main" or "holdout"; default "main") mark seed replicates and held-out runs; ``schedule``,
 ``lr``, ``N_kaplan`` and ``flops_<convention>`` are kept when present, so the runs.csv of a
 report loads back with what the fits need. Malformed input raises DataError naming the file
@@ -330,14 +331,18 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
     d_name = _pick(cols, d_col, D_ALIASES, path, "--d-col")
     c_name = _pick(cols, c_col, C_ALIASES, path, "--c-col")
     l_name = _pick(cols, loss_col, LOSS_ALIASES, path, "--loss-col")
-    for found, what, flag, aliases in ((n_name, "N (parameters)", "--n-col", N_ALIASES),
-                                       (l_name, "loss", "--loss-col", LOSS_ALIASES)):
-        if found is None:
-            raise DataError(f"{path}: no {what} column: none of {', '.join(aliases)} (give "
-                            f"{flag}); the columns are {', '.join(map(repr, cols))}")
-    if d_name is None and c_name is None:
-        raise DataError(f"{path}: needs a D (tokens) or a C (FLOPs) column (--d-col/--c-col); "
-                        f"the columns are {', '.join(map(repr, cols))}")
+    if l_name is None:
+        raise DataError(f"{path}: no loss column: none of {', '.join(LOSS_ALIASES)} (give "
+                        f"--loss-col); the columns are {', '.join(map(repr, cols))}")
+    # Two of N, D, C give the third under C = 6·N·D, the convention of data published as
+    # IsoFLOP points without N (Dubey et al. 2024, Fig. 2: C and D only).
+    if [n_name, d_name, c_name].count(None) > 1:
+        missing = " and ".join(w for w, name in (("N (parameters, --n-col)", n_name),
+                                                 ("D (tokens, --d-col)", d_name),
+                                                 ("C (FLOPs, --c-col)", c_name)) if name is None)
+        raise DataError(f"{path}: needs two of N, D and C; no {missing} column (aliases "
+                        f"{', '.join(N_ALIASES + D_ALIASES + C_ALIASES)}); the columns are "
+                        f"{', '.join(map(repr, cols))}")
     if frame.empty:
         raise DataError(f"{path}: no rows")
     if not 0 <= drop_highest_loss < len(frame):
@@ -347,9 +352,13 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
         keep = np.sort(np.argsort(loss, kind="stable")[: len(loss) - drop_highest_loss])
         frame, loss = frame.iloc[keep], loss[keep]
         log(f"{path}: dropped the {drop_highest_loss} highest-loss rows")
-    n = _numeric(frame, n_name, path)
     c = _numeric(frame, c_name, path) if c_name else None
-    d = _numeric(frame, d_name, path) if d_name else c / (6.0 * n)
+    if n_name:
+        n = _numeric(frame, n_name, path)
+        d = _numeric(frame, d_name, path) if d_name else c / (6.0 * n)
+    else:
+        d = _numeric(frame, d_name, path)
+        n = c / (6.0 * d)
     if c is None:
         c = 6.0 * n * d
     c_label = repr(c_name) if c_name else f"C = 6·N·D (columns {n_name!r}, {d_name!r})"
@@ -362,10 +371,11 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
         "budget": budget, "N_kaplan": np.nan, "C_kaplan": np.nan, "family": "",
     })
     _optional_columns(frame, table, path)
-    derived = "" if d_name else ", D = C/(6N)"
+    derived = ", N = C/(6D)" if not n_name else "" if d_name else ", D = C/(6N)"
     dropped = f", {drop_highest_loss} highest-loss rows dropped" if drop_highest_loss else ""
     return RunsTable(
-        table, source=f"{path}{derived}{dropped}", n_convention=f"column {n_name!r}",
+        table, source=f"{path}{derived}{dropped}",
+        n_convention=f"column {n_name!r}" if n_name else "C/(6D) (no N column)",
         c_convention=f"column {c_name!r}" if c_name else "6nd (6·N·D)",
     )
 

@@ -22,6 +22,9 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--sweep", metavar="NAME", help="sweep (MLflow experiment) name")
     source.add_argument("--csv", metavar="FILE", help="CSV of published runs, one per row")
+    source.add_argument("--export", metavar="FILE",
+                        help="a report's runs_export.json: the runs and curves of a sweep, "
+                             "as fitted, without its MLflow store")
     parser.add_argument("--n-col", metavar="COL", help="CSV column of N (parameters)")
     parser.add_argument("--d-col", metavar="COL",
                         help="CSV column of D (tokens); without one, D = C/(6N)")
@@ -63,6 +66,15 @@ def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None
     """Runs (and curves, for a sweep) as the arguments ask."""
     from analysis.runs.load import load_csv, load_sweep
 
+    if args.export:
+        from analysis.runs.export import read_export
+
+        runs, curves = read_export(args.export)
+        wanted = args.flops_convention
+        if wanted is not None and wanted != runs.c_convention:
+            raise DataError(f"{args.export}: its C is under the {runs.c_convention!r} "
+                            f"convention; --flops-convention {wanted} cannot be applied to it")
+        return runs, curves
     if args.sweep:
         data = load_sweep(args.sweep, tracking_uri=args.tracking_uri,
                           flops_convention=flops_convention(args))

@@ -1,12 +1,14 @@
 """`python -m analysis.report`: the report of a sweep (or of published runs) in one folder.
 
     python -m analysis.report --sweep chinchilla [--tracking-uri URI] [--sweep-file FILE]
+    python -m analysis.report --export reports/chinchilla/runs_export.json --out DIR
     python -m analysis.report --csv tests/data/chinchilla_epoch_fig4.csv --n-col "Model Size" \\
         --c-col "Training FLOP" --loss-col loss --drop-highest-loss 5 --name besiroglu
 
 writes reports/<name>/ (or --out DIR): report.md, report.html (one self-contained file,
 figures embedded), figures/*.png, fit.json (the schema of `python -m analysis.fit --json`)
-and runs.csv (the runs the fits used). The folder is built next to the target and swapped
+runs.csv (the runs the fits used) and, for a sweep, runs_export.json (runs and curves in one
+file: `--export` regenerates the report from it without the MLflow store). The folder is built next to the target and swapped
 in only when complete, so a failed report leaves the previous one as it was. The last line
 printed is the path of report.html. Input errors print one line and exit with status 2.
 """
@@ -34,6 +36,8 @@ from analysis.reporting.figures import Context, draw_all
 from analysis.reporting.provenance import PACKAGE_ROOT, portable, provenance_lines
 from analysis.reporting.samples import PROMPT, sample_jobs
 from analysis.reporting.sections import ReportInput, build
+from analysis.runs.export import FILE_NAME as EXPORT_FILE
+from analysis.runs.export import export_name, write_export
 from analysis.schema import analysis_to_json
 
 DEFAULT_BOOTSTRAP = 400
@@ -68,6 +72,8 @@ def regenerate_command(args: argparse.Namespace) -> str:
     parts = ["python", "-m", "analysis.report"]
     if args.sweep:
         parts += ["--sweep", args.sweep]
+    elif args.export:
+        parts += ["--export", args.export]
     else:
         parts += ["--csv", args.csv]
         for flag, value in (("--n-col", args.n_col), ("--d-col", args.d_col),
@@ -93,6 +99,13 @@ def regenerate_command(args: argparse.Namespace) -> str:
     command = portable(shlex.join(parts))
     here = Path.cwd().resolve()
     return command if here == PACKAGE_ROOT else f"cd {portable(str(here))} && {command}"
+
+
+def _export_command(args: argparse.Namespace, name: str, out: Path) -> str:
+    """regenerate_command for the export written into ``out``: the same report, no store."""
+    again = argparse.Namespace(**{**vars(args), "sweep": None, "tracking_uri": None,
+                                  "export": str(out / EXPORT_FILE), "name": name})
+    return regenerate_command(again)
 
 
 def check_target(out: Path) -> None:
@@ -141,7 +154,8 @@ def write_report(args: argparse.Namespace) -> Path:
     """Load, fit, draw and write; returns the path of report.html."""
     started = time.monotonic()
     runs, curves = load_input(args)  # with --sweep-file: the runs it plans now
-    name = args.name or (args.sweep if args.sweep else Path(args.csv).stem)
+    name = args.name or args.sweep or (export_name(args.export) if args.export
+                                        else Path(args.csv).stem)
     out = Path(args.out) if args.out else Path("reports") / name
     check_target(out)
     sweep_file = Path(args.sweep_file) if args.sweep_file else None
@@ -170,6 +184,10 @@ def write_report(args: argparse.Namespace) -> Path:
                 sweep_text = sweep_file.read_text(errors="replace")
             info = ReportInput(
                 name=name, command=regenerate_command(args), runs=runs, figures=figures,
+                export_command=_export_command(args, name, out) if args.sweep else None,
+                no_samples_reason=("Not available: the report was made from an export, "
+                                   "without the checkpoints." if args.export else
+                                   "Not available: published data has no checkpoints."),
                 samples=samples, sample_prompt=args.prompt,
                 provenance=provenance_lines(runs, sweep_file=sweep_file),
                 sweep_text=sweep_text, has_curves=curves is not None and not curves.empty)
@@ -181,6 +199,8 @@ def write_report(args: argparse.Namespace) -> Path:
                 json.dumps(analysis_to_json(result), indent=2, allow_nan=False) + "\n",
                 encoding="utf-8")
             runs.frame.to_csv(tmp / "runs.csv", index=False)
+            if not args.csv:  # a CSV is its own export; a sweep's store may not travel
+                write_export(tmp / EXPORT_FILE, runs, curves, name=name)
     _log(f"report: {out} written in {time.monotonic() - started:.1f} s")
     return (out / "report.html").resolve()
 

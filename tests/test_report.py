@@ -108,8 +108,10 @@ def sweep_report(store, tmp_path_factory) -> Path:
         lines: list[str] = []
         mp.setattr(report, "print", lambda *a, **k: lines.append(" ".join(map(str, a))),
                    raising=False)
+        # The stub sweep file has no flops_convention to read: name the synthetic C.
         assert report.main(["--sweep", "demo", "--tracking-uri", store, "--sweep-file",
-                            str(sweep_file), "--bootstrap", "40"]) == 0
+                            str(sweep_file), "--flops-convention", "6nd",
+                            "--bootstrap", "40"]) == 0
     folder = work / "reports" / "demo"
     assert lines[-1] == str((folder / "report.html").resolve())  # the last line: the path
     return folder
@@ -486,3 +488,50 @@ def test_trust_sections_degrade_to_one_line_without_seeds_holdout_or_wsd(sweep_r
     rows = [line for line in conventions.splitlines() if line.startswith("| N = ")
             or line.startswith("| non-embedding")]
     assert len(rows) == 4 and "skipped" not in conventions
+
+
+def test_the_export_beside_a_sweep_report_regenerates_it_without_the_store(sweep_report,
+                                                                           tmp_path):
+    """runs_export.json alone (no MLflow store) gives the same fit.json and runs.csv, byte
+    for byte, and the same report.md up to the text samples (they need the checkpoints;
+    the provenance then says where and when this report was made) but for how to
+    regenerate it."""
+    export = sweep_report / "runs_export.json"
+    md = (sweep_report / "report.md").read_text()
+    assert "Or without the MLflow store, from the runs and curves exported beside this report: " \
+           "`cd " in md and "--export reports/demo/runs_export.json" in md
+    out = tmp_path / "again"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report, "print", lambda *a, **k: None, raising=False)
+        assert report.main(["--export", str(export), "--out", str(out), "--sweep-file",
+                            str(sweep_report.parent.parent / "demo.yaml"),
+                            "--bootstrap", "40"]) == 0
+    for name in ("fit.json", "runs.csv", "runs_export.json"):
+        assert (out / name).read_bytes() == (sweep_report / name).read_bytes(), name
+
+    def body(text: str) -> list[str]:
+        lines = text.split("## Text samples")[0].splitlines()  # then samples, provenance
+        return [x for x in lines if x and not x.startswith(("Regenerate with:", "Or without"))]
+
+    again = (out / "report.md").read_text()
+    import difflib
+    assert body(again) == body(md), "\n".join(difflib.unified_diff(body(md), body(again)))
+    assert "Not available: the report was made from an export" in again
+    assert "# Scaling report: demo" in again  # the name comes from the export
+
+
+@pytest.mark.parametrize(("text", "pattern"), [
+    ("{", "cannot read as a runs export"),
+    ('{"format": "other"}', "not a runs export"),
+    ('{"format": "scaling-runs-export", "version": 9}', "export version 9"),
+    ('{"format": "scaling-runs-export", "version": 1, "name": "x", "source": "s", '
+     '"n_convention": "n", "c_convention": "6nd", "excluded": [], "runs": []}',
+     "field 'runs': expected an object"),
+])
+def test_a_bad_export_is_one_line_naming_the_file(tmp_path, capsys, text, pattern):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    assert report.main(["--export", str(bad), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}") and pattern in err, err
+    assert not (tmp_path / "r").exists()

@@ -51,6 +51,9 @@ class ReportInput:
     provenance: Sequence[str]
     sweep_text: str | None = None
     has_curves: bool = False
+    export_command: str | None = None
+    """The command that regenerates the report from its runs_export.json (sweeps only)."""
+    no_samples_reason: str = "Not available: published data has no checkpoints."
 
     @property
     def has_budgets(self) -> bool:
@@ -402,7 +405,7 @@ def runs_section(ri: ReportInput, fitted_schedule: str = "") -> list[Block]:
 def samples_section(ri: ReportInput) -> list[Block]:
     blocks: list[Block] = [Heading("Text samples")]
     if ri.samples is None:
-        blocks.append(Paragraph("Not available: published data has no checkpoints."))
+        blocks.append(Paragraph(ri.no_samples_reason))
         return blocks
     blocks.append(Paragraph(f"Prompt `{ri.sample_prompt}`, 200 new tokens, temperature 0.8, "
                             "top-k 50, seed 0 (`python -m pipeline.sample`)."))
@@ -428,6 +431,8 @@ def build(result: Analysis, ri: ReportInput) -> list[Block]:
     header: list[Block] = [
         Heading(f"Scaling report: {ri.name}", 1),
         Paragraph(f"Regenerate with: `{ri.command}`"),
+        *([Paragraph(f"Or without the MLflow store, from the runs and curves exported beside "
+                     f"this report: `{ri.export_command}`")] if ri.export_command else []),
         Paragraph(f"Runs: {result.source}, {result.n_runs} used, {excluded} excluded"
                   f"{_fitted_words(result)}. "
                   f"N = {result.conventions['N']}, C = {result.conventions['C']}; Kaplan laws: "

@@ -47,11 +47,15 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def flops_convention(args: argparse.Namespace) -> str:
-    """The C the fits read: --flops-convention if given, else the sweep file's own (the
-    budgets of its IsoFLOP lines are in that convention, so Approach 2's sets lie on them),
-    else 6nd (Chinchilla's C = 6ND, the only one a CSV of published runs has)."""
+    """The C the fits read: --flops-convention if given, else an export's own, else the sweep
+    file's (the budgets of its IsoFLOP lines are in that convention, so Approach 2's sets lie
+    on them), else 6nd (Chinchilla's C = 6ND, the only one a CSV of published runs has)."""
     if args.flops_convention is not None:
         return str(args.flops_convention)
+    if getattr(args, "export", None):
+        from analysis.runs.export import export_convention
+
+        return export_convention(args.export)  # what its C column holds
     if args.sweep and args.sweep_file:
         from pipeline.config import SweepError, load_sweep
 

@@ -6,20 +6,23 @@
 
 Prints N_opt, D_opt, tokens per parameter and (Approach 3) the predicted loss, each with its
 95% bootstrap interval, then the nearest buildable shape of the sweep's family as a sweep file
-to run. C is in the 6·N·D convention (Approach 3's allocation, Hoffmann et al. 2022 Eq. 4).
+to run, or with --write FILE the next sweep file with the source sweep's whole recipe
+(analysis/next_sweep.py). C is in the fits' convention: --flops-convention, else the sweep
+file's (or the export's), else 6·N·D.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from analysis.analyze import Skipped, analyze
-from analysis.cli import add_input_arguments, load_input, run_main
-from analysis.errors import FitError
+from analysis.cli import add_input_arguments, flops_convention, load_input, run_main
+from analysis.errors import DataError, FitError
 from analysis.runs.shapes import ShapeChoice, nearest_shape
 from analysis.schema import clean
 from analysis.text import fmt, fmt_interval
@@ -42,6 +45,9 @@ def parser() -> argparse.ArgumentParser:
                    help="bootstrap resamples for the intervals (default 1000; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--write", metavar="FILE",
+                   help="write the next sweep: --sweep-file's recipe, one IsoFLOP budget at "
+                        "--flops, sizes around the predicted N_opt (needs --sweep-file)")
     return p
 
 
@@ -49,6 +55,8 @@ def predict(args: argparse.Namespace) -> dict:
     """The prediction as a JSON-ready dict (the --json output)."""
     if not args.flops > 0:
         raise FitError(f"--flops must be > 0, got {args.flops}")
+    if args.write and not args.sweep_file:
+        raise DataError("--write needs --sweep-file: the sweep whose recipe the next one keeps")
     runs, curves = load_input(args)
     # No convention refits: a prediction needs one allocation, not its sensitivity.
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
@@ -68,6 +76,14 @@ def predict(args: argparse.Namespace) -> dict:
         "snippet": shape.sweep_snippet(name, args.flops) if isinstance(shape, ShapeChoice)
         else "",
     }
+    if args.write:
+        from analysis.next_sweep import next_sweep_text, write_next_sweep
+
+        text = next_sweep_text(Path(args.sweep_file), Path(args.write), flops=args.flops,
+                               n_opt=est.point["n_opt"], d_opt=est.point["d_opt"],
+                               approach=args.approach, convention=flops_convention(args))
+        write_next_sweep(Path(args.write), text)
+        out["written"] = args.write
     return clean(out)
 
 
@@ -95,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"Nearest {s['family']} shape: n_layer={s['n_layer']}, "
                       f"d_model={s['d_model']}, n_heads={s['n_heads']}: "
                       f"N = {s['params_total']:,} parameters, D = {s['tokens']:.4g} tokens")
-        print(out["snippet"], end="")  # plain: a terminal-width wrap would break the YAML
+        if not args.write:
+            print(out["snippet"], end="")  # plain: a terminal-width wrap would break the YAML
+    if args.write:
+        console.print(f"wrote {args.write}: the next sweep with {args.sweep_file}'s recipe; "
+                      f"`python -m pipeline.sweep {args.write} --dry-run` shows its plan")
     return 0
 
 

@@ -254,3 +254,43 @@ def test_c_is_the_sweep_files_convention_unless_the_command_names_one(tmp_path):
     bad.write_text("name: x\nflops_convention: 7nd\n")
     with pytest.raises(DataError, match="bad.yaml"):
         flops_convention(args(sweep_file=str(bad)))
+
+
+def test_predict_writes_the_next_sweep_with_the_source_recipe(store, tmp_path, capsys,
+                                                             monkeypatch):
+    """--write: chinchilla.yaml's recipe (LR, batch and warmup rules, corpus, tokenizer,
+    seq_len, shape rule, convention) at one new budget, sizes around the predicted N_opt."""
+    from analysis.cli import run_main
+    from analysis.predict import main
+    from pipeline.config import load_sweep as load_sweep_file
+    from pipeline.grid import expand
+
+    # The synthetic runs are no plan of chinchilla.yaml: keep them all (restrict_to_plan is
+    # tested in tests/test_sweep_options.py).
+    monkeypatch.setattr("analysis.runs.planned.restrict_to_sweep_file", lambda runs, _f: runs)
+    source = Path(__file__).resolve().parents[1] / "sweeps" / "chinchilla.yaml"
+    out = tmp_path / "next.yaml"
+    args = ["--sweep", "demo", "--tracking-uri", store, "--sweep-file", str(source),
+            "--flops", "2e13", "--bootstrap", "0", "--json", "--write", str(out)]
+    assert main(args) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["written"] == str(out)
+    src, new = load_sweep_file(source), load_sweep_file(out)
+    for section in ("family", "shape", "data", "train", "resources", "flops_convention"):
+        assert getattr(new, section) == getattr(src, section), section
+    assert new.name == "next" and new.kind == "isoflop"
+    assert new.isoflop.budgets == [2e13] and new.isoflop.holdout is None
+    assert new.isoflop.sizes.max_tokens_per_param == src.isoflop.sizes.max_tokens_per_param
+    specs = expand(new, out, 256).specs
+    assert specs and all(s.budget == 2e13 for s in specs)
+    assert {(s.model.seq_len, s.model.d_model // s.model.n_heads) for s in specs} == {(128, 4)}
+    assert {(s.data.corpus, s.data.tokenizer) for s in specs} == {("stdlib+tests", "bytes")}
+    from pipeline import flops
+    sizes = [flops.params_total(s.model) for s in specs]
+    middle = np.sqrt(min(sizes) * max(sizes))
+    assert middle == pytest.approx(predicted["n_opt"], rel=0.5)
+
+    assert run_main(main, args) == 2  # never over an existing file
+    assert "exists; --write never replaces a file" in capsys.readouterr().err
+    assert run_main(main, [a for a in args if a not in ("--sweep-file", str(source))]) == 2
+    assert "--write needs --sweep-file" in capsys.readouterr().err

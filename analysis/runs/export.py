@@ -87,6 +87,12 @@ def export_name(path: str | Path) -> str:
     return name
 
 
+def export_convention(path: str | Path) -> str:
+    """The FLOP convention of an export's C column."""
+    runs, _, _ = _read(Path(path))
+    return runs.c_convention
+
+
 def read_export(path: str | Path) -> tuple[RunsTable, pd.DataFrame | None]:
     """The runs and curves of an export; DataError naming the file and field otherwise."""
     runs, curves, _ = _read(Path(path))

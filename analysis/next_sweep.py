@@ -1,0 +1,95 @@
+"""The next sweep: a runnable sweep file for a larger budget, with the source sweep's recipe.
+
+Why: a prediction is only useful if the next runs are trained the way the fitted ones were.
+The learning-rate rule, batch rule, warmup floor, schedule, corpus, tokenizer, seq_len and
+shape rule all moved the fitted losses (docs/recipes.md); a snippet with a default shape and
+recipe would test another recipe at the new budget. So the written file is the source file
+with only its plan replaced: one IsoFLOP budget, sizes spread around the predicted optimum
+(the centre N* = sqrt(C / (6 · D_opt/N_opt)) is the predicted N_opt), the source's span and
+size rules, no replicates or held-out budgets. Every other section is copied as it is.
+
+    python -m analysis.predict --sweep chinchilla --sweep-file sweeps/chinchilla.yaml \\
+        --flops 2e13 --write sweeps/chinchilla_next.yaml
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from analysis.errors import DataError
+from pipeline.config import SweepError, load_sweep, resolve_corpus
+from pipeline.config.yaml_reader import _read_yaml
+from pipeline.spec import STDLIB_CORPORA
+
+DEFAULT_COUNT = 5
+"""Sizes at the new budget when the source plans none by count (a grid or explicit runs)."""
+DEFAULT_SPAN = 6.0
+
+
+def _plan(cfg: object, flops: float, n_opt: float, d_opt: float) -> dict:
+    """The isoflop section of the next sweep."""
+    sizes = {"count": DEFAULT_COUNT, "span": DEFAULT_SPAN}
+    source = getattr(cfg, "isoflop", None)
+    if source is not None and source.sizes.count is not None:
+        sizes = {"count": source.sizes.count, "span": source.sizes.span}
+        for rule in ("max_embedding_fraction", "max_tokens_per_param"):
+            if getattr(source.sizes, rule) is not None:
+                sizes[rule] = getattr(source.sizes, rule)
+    sizes["tokens_per_param"] = float(f"{d_opt / n_opt:.4g}")
+    return {"budgets": [float(f"{flops:.4g}")], "sizes": sizes}
+
+
+def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_opt: float,
+                    approach: str, convention: str) -> str:
+    """The YAML of the next sweep (validated); DataError when it cannot be made."""
+    try:
+        cfg = load_sweep(source)
+        raw = _read_yaml(source.read_text(encoding="utf-8-sig"), source)
+    except SweepError as e:
+        raise DataError(str(e)) from e
+    if cfg.flops_convention != convention:
+        raise DataError(f"{source}: its budgets are in {cfg.flops_convention!r} FLOPs, the "
+                        f"prediction's C in {convention!r}; predict with C in the file's "
+                        f"convention (--flops-convention {cfg.flops_convention}, or for a CSV "
+                        f"its flops_{cfg.flops_convention} column as --c-col)")
+    assert isinstance(raw, dict)  # load_sweep validated it
+    for section in ("isoflop", "grid", "runs"):
+        raw.pop(section, None)
+    raw["name"] = out.stem
+    raw["description"] = (f"IsoFLOP at C = {flops:.3g} ({convention}): sizes around approach "
+                          f"{approach}'s N_opt = {n_opt:.4g}, recipe of {source.name}")
+    raw["kind"] = "isoflop"
+    corpus = raw.get("data", {}).get("corpus", cfg.data.corpus)
+    if corpus not in STDLIB_CORPORA and not corpus.startswith("hf:"):
+        # A local corpus is relative to the sweep file's folder: point at the same files.
+        target = resolve_corpus(corpus, source)
+        raw["data"]["corpus"] = os.path.relpath(target, out.resolve().parent)
+    raw["isoflop"] = _plan(cfg, flops, n_opt, d_opt)
+    header = (f"# Written by `python -m analysis.predict --write` from {source.name}: the next "
+              f"budget C = {flops:.4g} FLOPs\n# ({convention}) at approach {approach}'s "
+              f"predicted optimum N_opt = {n_opt:.4g}, D_opt = {d_opt:.4g}, with the source's "
+              "recipe.\n#   python -m pipeline.sweep THIS_FILE --dry-run\n")
+    return header + yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, width=96)
+
+
+def write_next_sweep(out: Path, text: str) -> None:
+    """Validate ``text`` as a sweep file, then write it to ``out`` atomically (never over an
+    existing file)."""
+    if out.exists():
+        raise DataError(f"{out}: exists; --write never replaces a file (give a new name)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        try:
+            load_sweep(tmp)
+        except SweepError as e:
+            raise DataError(f"{out}: the written sweep file does not validate: {e}") from e
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)

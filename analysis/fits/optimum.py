@@ -164,11 +164,18 @@ def _minimise(log_loss: LogLoss, lines: IsoFlopLines, ln_c: float) -> tuple[floa
     return x, min(float(res.fun), float(values[k])), on_bound
 
 
+def optimum_along(log_loss: LogLoss, lines: IsoFlopLines,
+                  flops: float) -> tuple[float, float, bool]:
+    """(N_opt, L at it, on the search bound?) of ``log_loss`` along the line of cost
+    ``flops``: the allocation at one compute, as ``optimal_allocation`` finds it."""
+    x, ln_loss, edge = _minimise(log_loss, lines, float(np.log(flops)))
+    return float(np.exp(x)), float(np.exp(ln_loss)), edge
+
+
 def n_opt_along(log_loss: LogLoss, lines: IsoFlopLines, flops: float) -> tuple[float, bool]:
-    """(N_opt, on the search bound?) of ``log_loss`` along the line of cost ``flops``: the
-    allocation at one compute, as ``optimal_allocation`` finds it at each budget."""
-    x, _, edge = _minimise(log_loss, lines, float(np.log(flops)))
-    return float(np.exp(x)), edge
+    """(N_opt, on the search bound?): ``optimum_along`` without the loss."""
+    n, _, edge = optimum_along(log_loss, lines, flops)
+    return n, edge
 
 
 def optimal_allocation(log_loss: LogLoss, lines: IsoFlopLines, reference: float) -> Allocation:

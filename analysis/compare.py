@@ -1,0 +1,152 @@
+"""`python -m analysis.compare A B`: is recipe B worth it at scale against baseline A?
+
+    python -m analysis.compare gpt_sweep llama_sweep --flops 1e15 --out reports/llama_vs_gpt
+    python -m analysis.compare reports/a/runs_export.json reports/b/runs_export.json --json
+
+A and B are sweep names (MLflow experiments, --tracking-uri), report exports
+(runs_export.json) or CSVs of runs. Prints the compute multiplier of B over A at every budget
+and at each --flops (marked when it extrapolates), both sides' a, tokens per parameter and
+frontier exponent with their difference, each with a 95% bootstrap interval, and a one-line
+verdict (analysis.comparison). With --out: compare.json, compare.md and figures/compare.png.
+Input errors print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from analysis.cli import run_main
+from analysis.comparison import Comparison, check_comparable, compare
+from analysis.runs.table import RunsTable
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m analysis.compare",
+                                description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help="the baseline: sweep name, runs_export.json or CSV")
+    p.add_argument("b", help="the recipe compared with it (same kinds of input)")
+    p.add_argument("--flops", type=float, action="append", default=[], metavar="C",
+                   help="also read the multiplier at this larger budget (repeatable)")
+    p.add_argument("--tracking-uri", metavar="URI", help="MLflow store of sweep names")
+    p.add_argument("--flops-convention", default="6nd",
+                   help="C of sweeps read by name (default 6nd; an export keeps its own)")
+    p.add_argument("--bootstrap", type=int, default=200, metavar="N",
+                   help="resamples per side (default 200; 0: no intervals)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--out", metavar="DIR", help="write compare.json, compare.md, figures/")
+    return p
+
+
+def load_side(spec: str, args: argparse.Namespace) -> RunsTable:
+    """A sweep name, a runs export (.json) or a CSV (.csv) as a runs table."""
+    if spec.endswith(".json"):
+        from analysis.runs.export import read_export
+
+        return read_export(spec)[0]
+    if spec.endswith(".csv"):
+        from analysis.runs.load import load_csv
+
+        return load_csv(spec)
+    from analysis.runs.load import load_sweep
+
+    return load_sweep(spec, tracking_uri=args.tracking_uri,
+                      flops_convention=args.flops_convention, with_curves=False).runs
+
+
+def _num(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def to_json(c: Comparison, unchecked: list[str]) -> dict:
+    ci = {k: [_num(v.low), _num(v.high)] for k, v in c.intervals.items()}
+    return {
+        "a": c.source_a, "b": c.source_b, "reference_flops": c.reference,
+        "multiplier": [{"flops": f, "value": _num(c.multiplier(f)[0]),
+                        "ci95": ci.get(f"multiplier@{f:.6g}"), "extrapolated": x}
+                       for f, x in zip(c.flops, c.extrapolated, strict=True)],
+        "point": {k: _num(v) for k, v in c.point.items() if not k.startswith("multiplier@")},
+        "ci95": {k: v for k, v in ci.items() if not k.startswith("multiplier@")},
+        "n_resamples": c.n_resamples, "n_failed": c.n_failed, "seed": c.seed,
+        "unchecked": unchecked, "verdict": c.verdict(),
+    }
+
+
+def to_markdown(out: dict) -> str:
+    lines = [f"# {out['b']} against {out['a']}", "", out["verdict"], "",
+             "| C (FLOPs) | multiplier of B over A | 95% interval | |", "|---|---|---|---|"]
+    for m in out["multiplier"]:
+        ci = m["ci95"]
+        ci_text = f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci and None not in ci else "—"
+        value = f"{m['value']:.3g}" if m["value"] is not None else "beyond A's reach"
+        lines.append(f"| {m['flops']:.3g} | {value} | {ci_text} | "
+                     f"{'extrapolated' if m['extrapolated'] else ''} |")
+    lines += ["", "| quantity | estimate | 95% interval |", "|---|---|---|"]
+    for k, v in out["point"].items():
+        ci = out["ci95"].get(k)
+        ci_text = f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci and None not in ci else "—"
+        lines.append(f"| {k} | {'—' if v is None else f'{v:.4g}'} | {ci_text} |")
+    lines += ["", f"{out['n_resamples']} resamples of each side's cells ({out['n_failed']} "
+                  f"failed), seed {out['seed']}."]
+    if out["unchecked"]:
+        lines.append(f"Not checked (a side does not record it): {', '.join(out['unchecked'])}.")
+    return "\n".join(lines) + "\n"
+
+
+def _figure(c: Comparison, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    fa, fb = c.frontiers
+    grid = np.geomspace(min(c.flops) / 2, max(c.flops) * 2, 40)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for f, label in ((fa, "A: " + c.source_a), (fb, "B: " + c.source_b)):
+        left.plot(grid, [f.loss(x) for x in grid], label=label[:60])
+    left.set(xscale="log", xlabel="C (FLOPs)", ylabel="L_opt(C) (nats/token)",
+             title="compute-optimal frontiers")
+    left.legend(fontsize=7)
+    m = [c.multiplier(f) for f in c.flops]
+    right.plot(c.flops, [v for v, _ in m], "o-", label="multiplier of B over A")
+    lows = [ci.low if ci else np.nan for _, ci in m]
+    highs = [ci.high if ci else np.nan for _, ci in m]
+    right.fill_between(c.flops, lows, highs, alpha=0.25, label="95% interval")
+    right.axhline(1.0, color="grey", lw=1)
+    right.set(xscale="log", xlabel="C (FLOPs)", ylabel="C_A(L_B(C)) / C", title="multiplier")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.bootstrap < 0:
+        parser().error("--bootstrap must be >= 0")
+    a, b = load_side(args.a, args), load_side(args.b, args)
+    unchecked = check_comparable(a, b)
+    result = compare(a, b, larger=args.flops, bootstrap=args.bootstrap, seed=args.seed)
+    out = to_json(result, unchecked)
+    if args.out:
+        from analysis.report import staged_folder
+
+        with staged_folder(Path(args.out)) as tmp:  # swapped in whole, or not at all
+            (tmp / "compare.json").write_text(json.dumps(out, indent=2) + "\n")
+            (tmp / "compare.md").write_text(to_markdown(out))
+            _figure(result, tmp / "figures" / "compare.png")
+    print(json.dumps(out, indent=2) if args.json else to_markdown(out), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -15,6 +15,7 @@ from analysis.errors import FitError
 from analysis.fits.approach2 import budget_minimum
 from analysis.fits.envelope import build_curves, envelope, interior_points
 from analysis.fits.kaplan import lower_frontier
+from analysis.fits.optimum import lines_from_runs, n_opt_along
 from analysis.reporting.figure_style import (
     APPROACH_COLOR,
     HIGHLIGHT,
@@ -211,16 +212,20 @@ def extrapolation_figure(ctx: Context) -> Figure:
                   label=f"Approach 2 refit (a = {refit2.a:.3f})")
         ax_n.plot(checks["2"].flops, checks["2"].n_opt_predicted, marker="X", ms=10,
                   color=APPROACH_COLOR["2"], mec="black", ls="none", zorder=5)
+    # Approach 3's N_opt is its law minimised along the sweep's IsoFLOP lines, as the check
+    # and every allocation compute it (not the 6ND closed form, off on exact-FLOP sweeps).
+    lines = lines_from_runs(runs)
     if refit3 is not None:
-        ax_n.plot(grid, refit3.n_opt(grid), color=APPROACH_COLOR["3"], lw=1.8,
-                  label=f"Approach 3 refit (a = {refit3.a:.3f})")
+        ax_n.plot(grid, [n_opt_along(refit3.log_loss, lines, x)[0] for x in grid],
+                  color=APPROACH_COLOR["3"], lw=1.8,
+                  label="Approach 3 refit (minimised along the IsoFLOP lines)")
         ax_n.plot(checks["3"].flops, checks["3"].n_opt_predicted, marker="X", ms=10,
                   color=APPROACH_COLOR["3"], mec="black", ls="none", zorder=5)
     chk = next(iter(checks.values()))
     full = ctx.result.approach3
     if chk.n_opt_reference_kind == "full-data fit" and isinstance(full, Estimate):
-        ax_n.plot(grid, full.fit.n_opt(grid), color=REFERENCE_COLOR, lw=1.2, ls="--",
-                  label=f"Approach 3 on all runs (a = {full.fit.a:.3f})")
+        ax_n.plot(grid, [n_opt_along(full.fit.log_loss, lines, x)[0] for x in grid],
+                  color=REFERENCE_COLOR, lw=1.2, ls="--", label="Approach 3 on all runs")
     ax_n.plot(chk.flops, chk.n_opt_reference, marker="*", ms=17, color=HIGHLIGHT, mec="black",
               ls="none", zorder=6, label=f"reference: {chk.n_opt_reference_kind}")
     ax_n.plot([], [], marker="X", ms=8, color="0.5", mec="black", ls="none",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import tarfile
+import urllib.parse
 from contextlib import closing
 from pathlib import Path
 
@@ -27,6 +28,9 @@ def _ledger(folder: Path) -> None:
         (ckpt / "step_00000010.pt").write_bytes(b"weights")
         (ckpt / "step_00000010.pt.sha256").write_text("digest")
         (ckpt / ".step_00000020.pt.x.tmp").write_bytes(b"half-written")
+        if status == keys.STATUS_FINISHED:  # a WSD trunk: its branches start from this state
+            (ckpt / "branch_00000008").mkdir()
+            (ckpt / "branch_00000008" / "state.pt").write_bytes(b"trunk state")
         run = client.create_run(experiment, tags={keys.TAG_RUN_ID: run_id,
                                                   keys.TAG_STATUS: status,
                                                   "checkpoint_dir": str(ckpt)})
@@ -34,18 +38,22 @@ def _ledger(folder: Path) -> None:
 
 
 def test_pack_then_unpack_elsewhere_points_every_path_at_the_new_folder(tmp_path: Path) -> None:
-    old, new = tmp_path / "old", tmp_path / "new"
+    # Spaces: MLflow's artifact URIs percent-encode them (file:///.../old%20dir/...).
+    old, new = tmp_path / "old dir", tmp_path / "new dir"
     old.mkdir()
     _ledger(old)
     packed = pack(old, tmp_path / "ledger.tar.gz")
     assert packed.runs == {keys.STATUS_FINISHED: 1, keys.STATUS_KILLED: 1}
-    assert packed.checkpoint_runs == ("bbbb",)  # the finished run's checkpoints are not needed
+    # The stopped run's checkpoints; of the finished run only its branch state.
+    assert packed.checkpoint_runs == ("aaaa", "bbbb")
     with tarfile.open(packed.archive) as tar:
         names = sorted(tar.getnames())
         db = tar.extractfile("mlflow.db").read()
     assert "checkpoints/tiny/bbbb/step_00000010.pt" in names
-    assert not any("aaaa" in n or n.endswith(".tmp") for n in names)
+    assert "checkpoints/tiny/aaaa/branch_00000008/state.pt" in names
+    assert not any("aaaa/step_" in n or n.endswith(".tmp") for n in names)
     assert str(old).encode() not in db and PLACEHOLDER.encode() in db
+    assert urllib.parse.quote(str(old)).encode() not in db
 
     assert unpack(packed.archive, new) == 2
     client = MlflowClient(tracking_uri=f"sqlite:///{new / 'mlflow.db'}")
@@ -53,7 +61,8 @@ def test_pack_then_unpack_elsewhere_points_every_path_at_the_new_folder(tmp_path
     assert len(runs) == 2
     for run in runs:
         assert run.info.artifact_uri.startswith((new / "mlartifacts").as_uri())
-        spec = Path(run.info.artifact_uri.removeprefix("file://")) / keys.SPEC_ARTIFACT
+        spec = Path(urllib.parse.unquote(urllib.parse.urlparse(run.info.artifact_uri).path))
+        spec = spec / keys.SPEC_ARTIFACT
         assert json.loads(spec.read_text()) == {"run_id": run.data.tags[keys.TAG_RUN_ID]}
         assert run.data.tags["checkpoint_dir"].startswith(str(new / "checkpoints"))
     assert (new / "checkpoints/tiny/bbbb/step_00000010.pt").read_bytes() == b"weights"

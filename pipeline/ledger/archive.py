@@ -24,6 +24,7 @@ import sqlite3
 import sys
 import tarfile
 import tempfile
+import urllib.parse
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,27 +59,40 @@ def _prefix(folder: Path) -> str:
     return str(folder.resolve()).rstrip("/") + "/"
 
 
+def _quoted(name: str) -> str:
+    """An SQL identifier, quoted (the names come from the store, which may be untrusted)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _text_columns(db: sqlite3.Connection) -> list[tuple[str, str]]:
     """(table, column) of every column that can hold a path, whatever MLflow's schema version."""
     tables = [r[0] for r in db.execute("select name from sqlite_master where type = 'table'")]
     out = []
     for table in tables:
-        for _, column, kind, *_ in db.execute(f'pragma table_info("{table}")'):
+        for _, column, kind, *_ in db.execute(f"pragma table_info({_quoted(table)})"):
             if kind.upper() in ("", "TEXT", "CLOB") or "CHAR" in kind.upper():
-                out.append((table, column))
+                out.append((_quoted(table), _quoted(column)))
     return out
 
 
 def _replace_everywhere(db: sqlite3.Connection, old: str, new: str) -> None:
     for table, column in _text_columns(db):
-        db.execute(f'update "{table}" set "{column}" = replace("{column}", ?, ?) '
-                   f'where instr("{column}", ?) > 0', (old, new, old))
+        db.execute(f"update {table} set {column} = replace({column}, ?, ?) "
+                   f"where instr({column}, ?) > 0", (old, new, old))
+
+
+def _rewrite(db: sqlite3.Connection, old_prefix: str, new_prefix: str) -> None:
+    """Replace a folder prefix, in file URIs first (percent-encoded: a folder with a space is
+    file:///a/my%20dir/ there) and then as a plain path (tags such as checkpoint_dir)."""
+    _replace_everywhere(db, "file://" + urllib.parse.quote(old_prefix),
+                        "file://" + urllib.parse.quote(new_prefix))
+    _replace_everywhere(db, old_prefix, new_prefix)
 
 
 def _occurrences(db: sqlite3.Connection, text: str) -> list[str]:
     out = []
     for table, column in _text_columns(db):
-        n = db.execute(f'select count(*) from "{table}" where instr("{column}", ?) > 0',
+        n = db.execute(f"select count(*) from {table} where instr({column}, ?) > 0",
                        (text,)).fetchone()[0]
         if n:
             out.append(f"{table}.{column} ({n} rows)")
@@ -100,7 +114,8 @@ def pack(folder: Path, out: Path, *, checkpoints: bool = True) -> Packed:
 
     The store is copied with sqlite's backup API (a consistent snapshot), so packing a copy
     never changes the ledger itself. With `checkpoints`, the checkpoints of runs that are not
-    finished or diverged are included (those are what a resume needs)."""
+    finished or diverged are included (those are what a resume needs), and every WSD trunk's
+    branch states (where its branches start)."""
     folder = folder.resolve()
     db_path = folder / DB
     if not db_path.is_file():
@@ -114,9 +129,10 @@ def pack(folder: Path, out: Path, *, checkpoints: bool = True) -> Packed:
         with closing(sqlite3.connect(db_path)) as src, closing(sqlite3.connect(stage / DB)) as dst:
             src.backup(dst)
             trials = _trials(dst)
-            _replace_everywhere(dst, prefix, PLACEHOLDER)
+            _rewrite(dst, prefix, PLACEHOLDER)
             dst.commit()
-            left = _occurrences(dst, prefix.rstrip("/"))
+            left = (_occurrences(dst, prefix.rstrip("/"))
+                    + _occurrences(dst, urllib.parse.quote(prefix.rstrip("/"))))
             if left:
                 raise LedgerArchiveError(
                     f"{db_path}: the folder's path {prefix.rstrip('/')} is still in "
@@ -132,15 +148,21 @@ def pack(folder: Path, out: Path, *, checkpoints: bool = True) -> Packed:
                 tar.add(folder / ARTIFACTS, arcname=ARTIFACTS)
             for run_id, status, ckpt in sorted(trials) if checkpoints else []:
                 path = Path(ckpt)
-                if status in _DONE or not ckpt or not path.is_dir():
+                if not ckpt or not path.is_dir():
+                    continue
+                # A stopped run resumes from its step_* files; a WSD trunk's branch_* states
+                # (finished trunk or not) are where its branches start (pipeline/spec.py).
+                wanted = [f for f in sorted(path.iterdir())
+                          if (f.name.startswith("step_") and status not in _DONE
+                              or f.name.startswith("branch_")) and not f.name.endswith(".tmp")]
+                if not wanted:
                     continue
                 if not path.resolve().is_relative_to(folder):
                     raise LedgerArchiveError(
                         f"{db_path}: run {run_id}'s checkpoints are in {path}, outside {folder}; "
                         "pack with --no-checkpoints (the run restarts from step 0) or move them")
-                for f in sorted(path.iterdir()):
-                    if f.name.startswith("step_") and not f.name.endswith(".tmp"):
-                        tar.add(f, arcname=str(f.resolve().relative_to(folder)))
+                for f in wanted:
+                    tar.add(f, arcname=str(f.resolve().relative_to(folder)))
                 kept.append(run_id)
         os.replace(stage / "ledger.tar.gz", out)
     return Packed(out, runs, tuple(kept), out.stat().st_size)
@@ -170,7 +192,7 @@ def unpack(archive: Path, folder: Path) -> int:
         with tarfile.open(archive, "r:*") as tar:
             tar.extractall(stage, filter="data")  # "data": no absolute paths, links out, devices
         with closing(sqlite3.connect(stage / DB)) as db:
-            _replace_everywhere(db, PLACEHOLDER, _prefix(folder))
+            _rewrite(db, PLACEHOLDER, _prefix(folder))
             db.commit()
             n = len(_trials(db))
         for entry in ENTRIES:

@@ -1,6 +1,7 @@
 """`python -m analysis.compare A B`: is recipe B worth it at scale against baseline A?
 
-    python -m analysis.compare gpt_sweep llama_sweep --flops 1e15 --out reports/llama_vs_gpt
+    python -m analysis.compare chinchilla llama_chinchilla --sweep-file-a sweeps/chinchilla.yaml \
+        --sweep-file-b sweeps/llama_chinchilla.yaml --flops 3.8e13 --out reports/llama_vs_gpt
     python -m analysis.compare reports/a/runs_export.json reports/b/runs_export.json --json
 
 A and B are sweep names (MLflow experiments, --tracking-uri), report exports
@@ -33,8 +34,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flops", type=float, action="append", default=[], metavar="C",
                    help="also read the multiplier at this larger budget (repeatable)")
     p.add_argument("--tracking-uri", metavar="URI", help="MLflow store of sweep names")
-    p.add_argument("--flops-convention", default="6nd",
-                   help="C of sweeps read by name (default 6nd; an export keeps its own)")
+    p.add_argument("--flops-convention", default=None,
+                   help="C of sweeps read by name (default: the sweep file's, else 6nd; an "
+                        "export keeps its own)")
+    p.add_argument("--sweep-file-a", metavar="FILE",
+                   help="A's sweep file: only the runs it plans now (as --sweep-file elsewhere)")
+    p.add_argument("--sweep-file-b", metavar="FILE", help="the same for B")
     p.add_argument("--bootstrap", type=int, default=200, metavar="N",
                    help="resamples per side (default 200; 0: no intervals)")
     p.add_argument("--seed", type=int, default=0)
@@ -43,20 +48,31 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_side(spec: str, args: argparse.Namespace) -> RunsTable:
-    """A sweep name, a runs export (.json) or a CSV (.csv) as a runs table."""
-    if spec.endswith(".json"):
-        from analysis.runs.export import read_export
+def load_side(spec: str, sweep_file: str | None, args: argparse.Namespace) -> RunsTable:
+    """A sweep name, a runs export (.json) or a CSV (.csv) as a runs table; with a sweep
+    file, only the runs it plans now (as the other commands' --sweep-file)."""
+    from analysis.cli import flops_convention
 
-        return read_export(spec)[0]
     if spec.endswith(".csv"):
         from analysis.runs.load import load_csv
 
-        return load_csv(spec)
-    from analysis.runs.load import load_sweep
+        runs = load_csv(spec)
+    elif spec.endswith(".json"):
+        from analysis.runs.export import read_export
 
-    return load_sweep(spec, tracking_uri=args.tracking_uri,
-                      flops_convention=args.flops_convention, with_curves=False).runs
+        runs = read_export(spec)[0]
+    else:
+        from analysis.runs.load import load_sweep
+
+        side = argparse.Namespace(sweep=spec, sweep_file=sweep_file, export=None,
+                                  flops_convention=args.flops_convention)
+        runs = load_sweep(spec, tracking_uri=args.tracking_uri,
+                          flops_convention=flops_convention(side), with_curves=False).runs
+    if sweep_file:
+        from analysis.runs.planned import restrict_to_sweep_file
+
+        runs = restrict_to_sweep_file(runs, sweep_file)
+    return runs
 
 
 def _num(x: float) -> float | None:
@@ -133,14 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.bootstrap < 0:
         parser().error("--bootstrap must be >= 0")
-    a, b = load_side(args.a, args), load_side(args.b, args)
+    a = load_side(args.a, args.sweep_file_a, args)
+    b = load_side(args.b, args.sweep_file_b, args)
     unchecked = check_comparable(a, b)
     result = compare(a, b, larger=args.flops, bootstrap=args.bootstrap, seed=args.seed)
     out = to_json(result, unchecked)
     if args.out:
-        from analysis.report import staged_folder
+        from analysis.report import ReportError, staged_folder
 
-        with staged_folder(Path(args.out)) as tmp:  # swapped in whole, or not at all
+        folder = Path(args.out)
+        if folder.exists() and (not folder.is_dir() or (
+                any(folder.iterdir()) and not (folder / "compare.json").exists())):
+            raise ReportError(f"{folder} exists and holds no comparison (no compare.json); "
+                              "refusing to replace it: give an empty or new folder with --out")
+        with staged_folder(folder) as tmp:  # swapped in whole, or not at all
             (tmp / "compare.json").write_text(json.dumps(out, indent=2) + "\n")
             (tmp / "compare.md").write_text(to_markdown(out))
             _figure(result, tmp / "figures" / "compare.png")

@@ -33,7 +33,14 @@ import numpy as np
 from scipy.optimize import brentq
 
 from analysis.errors import DataError, FitError
-from analysis.fits.approach3 import Approach3Fit, fit_approach3
+from analysis.fits.approach3 import (
+    BOOTSTRAP_STARTS,
+    DEFAULT_GRID,
+    Approach3Fit,
+    fit_approach3,
+    prepare,
+    screen_starts,
+)
 from analysis.fits.bootstrap import Interval, resample_indices
 from analysis.fits.optimum import IsoFlopLines, lines_from_runs, optimal_allocation, optimum_along
 from analysis.runs.selection import select_runs
@@ -42,8 +49,11 @@ from analysis.threads import single_threaded_blas
 
 SAME = ("data_corpus", "data_tokenizer", "data_fingerprint", "seq_len")
 """Run columns that must agree between the sweeps for their losses to compare."""
-SEARCH_DECADES = 6.0
-"""C_A(L) is sought this many decades below and above A's budgets."""
+SEARCH_DECADES = 2.0
+"""C_A(L) is sought this many decades below and above A's budgets: N_opt moves about one
+decade per two of C, which is how far beyond its sizes the optimum search reaches
+(analysis.fits.optimum.SEARCH_FACTOR). A loss whose optimum lies on that search bound is
+not trusted (NaN): the multiplier there is reported as out of range, not as a number."""
 
 
 @dataclass(frozen=True)
@@ -58,10 +68,14 @@ class Frontier:
         return self.lines.budgets
 
     def loss(self, flops: float) -> float:
-        return optimum_along(self.fit.log_loss, self.lines, flops)[1]
+        """L_opt(C); NaN where the optimum falls on the search bound (beyond the sizes)."""
+        _, loss, on_bound = optimum_along(self.fit.log_loss, self.lines, flops)
+        return float("nan") if on_bound else loss
 
     def compute_for(self, loss: float) -> float:
-        """The compute at which this frontier reaches ``loss`` (inf below its reach)."""
+        """The compute at which this frontier reaches ``loss``: inf when it does not within
+        SEARCH_DECADES above its budgets, 0 when it already does that far below, NaN when
+        the answer lies where the frontier is not trusted."""
         lo = float(np.log(min(self.budgets))) - SEARCH_DECADES * np.log(10.0)
         hi = float(np.log(max(self.budgets))) + SEARCH_DECADES * np.log(10.0)
 
@@ -69,10 +83,14 @@ class Frontier:
             return float(np.log(self.loss(float(np.exp(ln_c)))) - np.log(loss))
 
         g_lo, g_hi = gap(lo), gap(hi)
+        if not np.isfinite(loss):
+            return float("nan")
         if g_hi > 0:
-            return float("inf")  # not reached even 6 decades above the budgets
+            return float("inf")
         if g_lo < 0:
             return 0.0
+        if not (np.isfinite(g_lo) and np.isfinite(g_hi)):
+            return float("nan")
         return float(np.exp(brentq(gap, lo, hi, xtol=1e-10)))
 
     @property
@@ -117,7 +135,8 @@ class Comparison:
     flops: tuple[float, ...]
     """Where the multiplier is read: both sweeps' budgets, then the requested larger ones."""
     extrapolated: tuple[bool, ...]
-    """Per entry of flops: above both sweeps' largest budget."""
+    """Per entry of flops: the multiplier reads a frontier beyond its own budgets (C above
+    either sweep's largest budget, or the compute A needs, m·C, above A's)."""
     reference: float
     point: dict[str, float]
     intervals: dict[str, Interval] = field(default_factory=dict)
@@ -144,17 +163,25 @@ class Comparison:
         else:
             exponents = (f"the frontier exponents differ (B − A = "
                          f"{self.point['gamma_diff']:+.3f} [{gi.low:+.3f}, {gi.high:+.3f}])")
-        return (f"B reaches A's loss with {1 / m:.2g}x the compute (A needs {m:.2g}x{ci_text} "
-                f"of B's compute) at C = {self.reference:.3g}; {exponents}.")
+        if not np.isfinite(m) or m <= 0:
+            what = ("A does not reach B's loss within its range" if m == float("inf") else
+                    "B does not reach A's loss within its range" if m == 0 else
+                    "the multiplier is out of the frontiers' trusted range")
+            return f"At C = {self.reference:.3g}, {what}; {exponents}."
+        return (f"At C = {self.reference:.3g}, A needs {m:.2g}x{ci_text} the compute to reach "
+                f"B's loss (B is worth {m:.2g}x A's compute); {exponents}.")
 
 
 def check_comparable(a: RunsTable, b: RunsTable) -> list[str]:
     """Refuse (DataError) sweeps whose losses are not measured alike; return what could not
     be checked (columns one side does not record)."""
-    if a.c_convention != b.c_convention:
-        raise DataError(f"{a.source} has C under {a.c_convention!r}, {b.source} under "
-                        f"{b.c_convention!r}: compare them under one FLOP convention")
+    ca, cb = (_convention(t.c_convention) for t in (a, b))
     unchecked = []
+    if ca is None or cb is None:
+        unchecked.append("flops_convention")  # a CSV's C column: its convention is unknown
+    elif ca != cb:
+        raise DataError(f"{a.source} has C under {ca!r}, {b.source} under {cb!r}: compare "
+                        "them under one FLOP convention")
     for col in SAME:
         if col not in a.frame.columns or col not in b.frame.columns:
             unchecked.append(col)
@@ -168,6 +195,13 @@ def check_comparable(a: RunsTable, b: RunsTable) -> list[str]:
     return unchecked
 
 
+def _convention(text: str) -> str | None:
+    """A table's FLOP convention by name (6nd, exact, ...), None for a CSV's own C column."""
+    if text.startswith("column"):
+        return None
+    return text.split(" ")[0]  # "6nd (6·N·D)" is 6nd
+
+
 def compare(a_runs: RunsTable, b_runs: RunsTable, *, larger: Sequence[float] = (),
             bootstrap: int = 200, seed: int = 0) -> Comparison:
     """Fit both sweeps' frontiers, compare them at every budget and at ``larger`` ones."""
@@ -178,12 +212,16 @@ def compare(a_runs: RunsTable, b_runs: RunsTable, *, larger: Sequence[float] = (
     flops = tuple(sorted({*fa.budgets, *fb.budgets, *(float(c) for c in larger)}))
     reference = top
     point = statistics(fa, fb, flops, reference)
+    inside = min(max(fa.budgets), max(fb.budgets))
+    extrapolated = tuple(
+        bool(c > inside * (1 + 1e-9) or not point[f"multiplier@{c:.6g}"] * c
+             <= max(fa.budgets) * (1 + 1e-9)) for c in flops)
     samples: dict[str, list[float]] = {k: [] for k in point}
     failed = 0
     if bootstrap > 0:
         ia = resample_indices(len(a_fit), bootstrap, seed)
         ib = resample_indices(len(b_fit), bootstrap, seed + 1)
-        starts_a, starts_b = np.asarray(fa.fit.theta), np.asarray(fb.fit.theta)
+        starts_a, starts_b = _starts(a_fit, fa), _starts(b_fit, fb)
         with single_threaded_blas():
             for ra, rb in zip(ia, ib, strict=True):
                 try:
@@ -197,17 +235,27 @@ def compare(a_runs: RunsTable, b_runs: RunsTable, *, larger: Sequence[float] = (
                     samples[k].append(v)
     intervals = {}
     for k, values in samples.items():
+        # A draw where A never reaches B's loss has m = inf: it stays in the ranking (order
+        # statistics, not interpolation), so the upper limit is not biased low; NaN draws
+        # (out of the trusted range) are left out.
         arr = np.asarray(values, dtype=float)
-        arr = arr[np.isfinite(arr)]
+        arr = arr[~np.isnan(arr)]
         if arr.size:
-            low, high = np.percentile(arr, [2.5, 97.5])
+            low, high = np.quantile(arr, [0.025, 0.975], method="inverted_cdf")
             intervals[k] = Interval(float(low), float(high))
-    return Comparison(a_runs.source, b_runs.source, flops, tuple(c > top for c in flops),
+    return Comparison(a_runs.source, b_runs.source, flops, extrapolated,
                       reference, point, intervals, bootstrap, failed, seed, (fa, fb))
+
+
+def _starts(runs: RunsTable, f: Frontier) -> np.ndarray:
+    """The full-data optimum and the best screened grid starts, as bootstrap_approach3 does."""
+    data = prepare(runs.column("N"), runs.column("D"), runs.column("loss"))
+    return np.vstack([np.asarray(f.fit.theta),
+                      screen_starts(data, DEFAULT_GRID, BOOTSTRAP_STARTS, f.fit.delta)])
 
 
 def _refit(runs: RunsTable, idx: np.ndarray, start: np.ndarray,
            lines: IsoFlopLines) -> Frontier:
-    """One draw's frontier: the law refitted from the full-data optimum, the same lines."""
+    """One draw's frontier: the law refitted from ``start``, on the same lines."""
     n, d, loss = (runs.column(k)[idx] for k in ("N", "D", "loss"))
     return Frontier(fit_approach3(n, d, loss, keep=0, warm_starts=start), lines)

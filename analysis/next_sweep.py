@@ -5,7 +5,7 @@ The learning-rate rule, batch rule, warmup floor, schedule, corpus, tokenizer, s
 shape rule all moved the fitted losses (docs/recipes.md); a snippet with a default shape and
 recipe would test another recipe at the new budget. So the written file is the source file
 with only its plan replaced: one IsoFLOP budget, sizes spread around the predicted optimum
-(the centre N* = sqrt(C / (6 · D_opt/N_opt)) is the predicted N_opt), the source's span and
+(the planner's centre sqrt(C / (6 · tokens_per_param)) set to the predicted N_opt), the source's span and
 size rules, no replicates or held-out budgets. Every other section is copied as it is.
 
     python -m analysis.predict --sweep chinchilla --sweep-file sweeps/chinchilla.yaml \\
@@ -30,7 +30,7 @@ DEFAULT_COUNT = 5
 DEFAULT_SPAN = 6.0
 
 
-def _plan(cfg: object, flops: float, n_opt: float, d_opt: float) -> dict:
+def _plan(cfg: object, flops: float, n_opt: float) -> dict:
     """The isoflop section of the next sweep."""
     sizes = {"count": DEFAULT_COUNT, "span": DEFAULT_SPAN}
     source = getattr(cfg, "isoflop", None)
@@ -39,7 +39,9 @@ def _plan(cfg: object, flops: float, n_opt: float, d_opt: float) -> dict:
         for rule in ("max_embedding_fraction", "max_tokens_per_param"):
             if getattr(source.sizes, rule) is not None:
                 sizes[rule] = getattr(source.sizes, rule)
-    sizes["tokens_per_param"] = float(f"{d_opt / n_opt:.4g}")
+    # The planner centres the sizes on sqrt(C / (6 · tokens_per_param)): this value puts
+    # that centre at the predicted N_opt (on exact-FLOP lines D_opt/N_opt would not).
+    sizes["tokens_per_param"] = float(f"{flops / (6.0 * n_opt**2):.4g}")
     return {"budgets": [float(f"{flops:.4g}")], "sizes": sizes}
 
 
@@ -54,8 +56,12 @@ def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_op
     if cfg.flops_convention != convention:
         raise DataError(f"{source}: its budgets are in {cfg.flops_convention!r} FLOPs, the "
                         f"prediction's C in {convention!r}; predict with C in the file's "
-                        f"convention (--flops-convention {cfg.flops_convention}, or for a CSV "
+                        f"convention (--flops-convention {cfg.flops_convention}; for a CSV also "
                         f"its flops_{cfg.flops_convention} column as --c-col)")
+    if out.stem == cfg.name:
+        raise DataError(f"{out}: a sweep named {cfg.name!r} is the source itself (the name is "
+                        "the file's stem, the MLflow experiment and the report folder); give "
+                        "the next sweep another name")
     assert isinstance(raw, dict)  # load_sweep validated it
     for section in ("isoflop", "grid", "runs"):
         raw.pop(section, None)
@@ -68,7 +74,7 @@ def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_op
         # A local corpus is relative to the sweep file's folder: point at the same files.
         target = resolve_corpus(corpus, source)
         raw["data"]["corpus"] = os.path.relpath(target, out.resolve().parent)
-    raw["isoflop"] = _plan(cfg, flops, n_opt, d_opt)
+    raw["isoflop"] = _plan(cfg, flops, n_opt)
     header = (f"# Written by `python -m analysis.predict --write` from {source.name}: the next "
               f"budget C = {flops:.4g} FLOPs\n# ({convention}) at approach {approach}'s "
               f"predicted optimum N_opt = {n_opt:.4g}, D_opt = {d_opt:.4g}, with the source's "

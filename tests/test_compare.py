@@ -55,14 +55,18 @@ def test_intervals_cover_the_truth_and_larger_budgets_are_marked_extrapolated():
     b_law = scaled(A, 2.0)
     ra = isoflop_runs(A, BUDGETS, sizes_per_budget=7, noise=0.005, seed=3)
     rb = isoflop_runs(b_law, BUDGETS, sizes_per_budget=7, noise=0.005, seed=4)
-    result = compare(ra, rb, larger=(1e21,), bootstrap=60, seed=0)
-    assert result.extrapolated == (False,) * len(BUDGETS) + (True,)
+    result = compare(ra, rb, larger=(1e21, 1e24), bootstrap=60, seed=0)
+    # At the top budget A's answer, 2 x 1e20, lies above A's budgets: extrapolated too.
+    assert result.extrapolated == (False,) * (len(BUDGETS) - 1) + (True, True, True)
+    # Four decades above the budgets the optimum leaves the searched sizes: no number.
+    assert np.isnan(result.multiplier(1e24)[0])
     for c in BUDGETS:
         value, ci = result.multiplier(c)
         assert ci.low < value < ci.high
         assert ci.contains(2.0), (c, ci)
     assert result.intervals["gamma_diff"].contains(0.0)  # same exponents
     assert "the frontier exponents do not differ" in result.verdict()
+    assert result.verdict().startswith("At C = 1e+20, A needs 2")
 
 
 def test_sweeps_whose_losses_do_not_compare_are_refused():
@@ -78,7 +82,9 @@ def test_sweeps_whose_losses_do_not_compare_are_refused():
     assert check_comparable(ra, rb) == ["data_fingerprint", "seq_len"]
     other = type(rb)(rb.frame, source="B", c_convention="exact")
     with pytest.raises(DataError, match="under 'exact': compare them under one FLOP"):
-        check_comparable(ra, other)
+        check_comparable(ra, other)  # ra: synthetic, C = 6ND
+    csv = type(rb)(rb.frame, source="B", c_convention="column 'C'")
+    assert "flops_convention" in check_comparable(ra, csv)  # unknown: said, not refused
 
 
 def test_the_command_writes_json_markdown_and_the_figure(tmp_path, capsys):
@@ -93,8 +99,23 @@ def test_the_command_writes_json_markdown_and_the_figure(tmp_path, capsys):
                  "--out", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads((out / "compare.json").read_text())
-    assert [m["extrapolated"] for m in printed["multiplier"]] == [False] * 5 + [True]
+    assert [m["extrapolated"] for m in printed["multiplier"]] == [False] * 4 + [True, True]
     assert printed["multiplier"][2]["value"] == pytest.approx(2.0, rel=0.05)
-    assert printed["verdict"].startswith("B reaches A's loss with")
+    assert printed["verdict"].startswith("At C = 1e+20, A needs")
     assert "| 1e+21 |" in (out / "compare.md").read_text()
     assert (out / "figures" / "compare.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_out_never_replaces_a_folder_that_is_not_a_comparison(tmp_path, capsys):
+    from analysis.cli import run_main
+
+    path = tmp_path / "a.csv"
+    isoflop_runs(A, BUDGETS, sizes_per_budget=7, noise=0.002, seed=1).frame.to_csv(path,
+                                                                                    index=False)
+    precious = tmp_path / "work"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    assert run_main(main, [str(path), str(path), "--bootstrap", "0",
+                           "--out", str(precious)]) == 2
+    assert "holds no comparison" in capsys.readouterr().err
+    assert (precious / "notes.txt").read_text() == "keep me"

@@ -527,6 +527,14 @@ def test_the_export_beside_a_sweep_report_regenerates_it_without_the_store(sweep
     ('{"format": "scaling-runs-export", "version": 1, "name": "x", "source": "s", '
      '"n_convention": "n", "c_convention": "6nd", "excluded": [], "runs": []}',
      "field 'runs': expected an object"),
+    ('{"format": "scaling-runs-export", "version": 1, "name": "x", "source": "s", '
+     '"n_convention": "n", "c_convention": "6nd", "excluded": [], '
+     '"runs": {"columns": "N", "dtypes": [], "rows": []}}',
+     "columns and dtypes must be lists of strings"),
+    ('{"format": "scaling-runs-export", "version": 1, "name": "x", "source": "s", '
+     '"n_convention": "n", "c_convention": "6nd", "excluded": [], '
+     '"runs": {"columns": ["N"], "dtypes": ["float64"], "rows": [[1.0]]}}',
+     "field 'runs': s: runs table lacks column(s)"),
 ])
 def test_a_bad_export_is_one_line_naming_the_file(tmp_path, capsys, text, pattern):
     bad = tmp_path / "bad.json"

@@ -51,6 +51,11 @@ def _frame_from_json(obj: object, where: str) -> pd.DataFrame:
     if not isinstance(obj, dict) or not {"columns", "dtypes", "rows"} <= set(obj):
         raise DataError(f"{where}: expected an object with columns, dtypes and rows")
     columns, dtypes, rows = obj["columns"], obj["dtypes"], obj["rows"]
+    if not (isinstance(columns, list) and all(isinstance(c, str) for c in columns)
+            and isinstance(dtypes, list) and all(isinstance(t, str) for t in dtypes)
+            and isinstance(rows, list) and all(isinstance(r, list) for r in rows)):
+        raise DataError(f"{where}: columns and dtypes must be lists of strings, rows a list "
+                        "of lists")
     if len(columns) != len(dtypes) or any(len(r) != len(columns) for r in rows):
         raise DataError(f"{where}: rows, columns and dtypes differ in length")
     frame = pd.DataFrame(rows, columns=columns)
@@ -117,9 +122,12 @@ def _read(path: Path) -> tuple[RunsTable, pd.DataFrame | None, str]:
             isinstance(e, list) and len(e) == 2 for e in excluded):
         raise DataError(f"{path}: field 'excluded' must be a list of [name, reason] pairs")
     frame = _frame_from_json(data.get("runs"), f"{path}: field 'runs'")
-    runs = RunsTable(frame, source=data["source"], n_convention=data["n_convention"],
-                     c_convention=data["c_convention"],
-                     excluded=tuple(Excluded(str(n), str(r)) for n, r in excluded))
+    try:
+        runs = RunsTable(frame, source=data["source"], n_convention=data["n_convention"],
+                         c_convention=data["c_convention"],
+                         excluded=tuple(Excluded(str(n), str(r)) for n, r in excluded))
+    except DataError as e:
+        raise DataError(f"{path}: field 'runs': {e}") from e
     curves = None
     if data.get("curves") is not None:
         curves = _frame_from_json(data["curves"], f"{path}: field 'curves'")

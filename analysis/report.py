@@ -46,6 +46,11 @@ DEFAULT_BOOTSTRAP = 400
 --bootstrap 1000 (and --jobs) for the numbers of `analysis.fit`."""
 
 
+KEPT = ("ledger.tar.gz",)
+"""Files of a report folder that a new report keeps: the ledger committed beside a report
+(`python -m pipeline.ledger pack`) is the study's record, not the report's to delete."""
+
+
 class ReportError(AnalysisError):
     """The report cannot be written where it was asked to be (the message says why)."""
 
@@ -199,6 +204,9 @@ def write_report(args: argparse.Namespace) -> Path:
                 json.dumps(analysis_to_json(result), indent=2, allow_nan=False) + "\n",
                 encoding="utf-8")
             runs.frame.to_csv(tmp / "runs.csv", index=False)
+            for kept in KEPT:
+                if (out / kept).is_file():
+                    shutil.copy2(out / kept, tmp / kept)
             if not args.csv:  # a CSV is its own export; a sweep's store may not travel
                 write_export(tmp / EXPORT_FILE, runs, curves, name=name)
     _log(f"report: {out} written in {time.monotonic() - started:.1f} s")

@@ -35,7 +35,7 @@ EPOCH_CSV = Path(__file__).parent / "data" / "chinchilla_epoch_fig4.csv"
 EPOCH_ARGS = ["--csv", str(EPOCH_CSV), "--n-col", "Model Size", "--c-col", "Training FLOP",
               "--loss-col", "loss", "--drop-highest-loss", "5"]
 SAMPLE_TEXT = "def fake_sample():\n    return 42"
-SAMPLE_ERROR = "error: no usable checkpoint in /nowhere"
+SAMPLE_ERROR = "error: no usable checkpoint in /nowhere/run1"
 FIGURES = {"isoflop", "frontier", "allocation", "kaplan", "approach3", "extrapolation"}
 
 
@@ -331,7 +331,8 @@ def test_samples_and_their_failure_are_reported(sweep_report):
     section = md.split("## Text samples", 1)[1].split("## Provenance", 1)[0]
     assert "**smallest model**: gpt-b3s0" in section and SAMPLE_TEXT in section
     assert ("**largest model**: gpt-b3s6 (run_id `b3s6`, N = 6,400,000): the sample could not "
-            f"be produced: `pipeline.sample` failed: {SAMPLE_ERROR}") in section
+            f"be produced: `pipeline.sample` failed: "
+            f"{SAMPLE_ERROR.replace('/nowhere/run1', '<local>/run1')}") in section
 
 
 def test_sample_command_is_an_argument_list():
@@ -450,10 +451,12 @@ def test_a_new_report_replaces_the_old_one(sweep_report, store, tmp_path, monkey
     target = tmp_path / "demo"
     shutil.copytree(sweep_report, target)
     (target / "stale.txt").write_text("from an older report")
+    (target / "ledger.tar.gz").write_bytes(b"the committed ledger")  # pipeline.ledger pack
     monkeypatch.setattr(samples, "sample_command", _fake_sampler)
     assert report.main(["--sweep", "demo", "--tracking-uri", store, "--out", str(target),
                         "--bootstrap", "0"]) == 0
     assert not (target / "stale.txt").exists() and (target / "report.html").exists()
+    assert (target / "ledger.tar.gz").read_bytes() == b"the committed ledger"  # kept
     assert capsys.readouterr().out.splitlines()[-1] == str((target / "report.html").resolve())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo"]
 

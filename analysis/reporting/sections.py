@@ -28,6 +28,7 @@ from analysis.reporting.document import Block, Bullets, Code, Figure, Heading, P
 from analysis.reporting.figures import Drawn
 from analysis.reporting.laws import headline_line, judged_position, laws_section
 from analysis.reporting.other_fits import other_fits_section
+from analysis.reporting.provenance import portable
 from analysis.reporting.samples import Sample
 from analysis.runs.table import RunsTable
 from analysis.text import fmt, fmt_interval
@@ -412,7 +413,9 @@ def samples_section(ri: ReportInput) -> list[Block]:
     for s in ri.samples:
         head = f"**{s.label}**: {s.name} (run_id `{s.run_id}`, N = {_int(s.n)})"
         if s.text is None:
-            blocks.append(Paragraph(f"{head}: the sample could not be produced: {s.error}"))
+            # The reason may name the checkpoint folder: shown as a committed report may.
+            blocks.append(Paragraph(f"{head}: the sample could not be produced: "
+                                    f"{portable(s.error or '')}"))
         else:
             blocks += [Paragraph(f"{head}:"), Code(s.text)]
     return blocks

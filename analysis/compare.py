@@ -139,6 +139,10 @@ def _figure(c: Comparison, path: Path) -> None:
     right.axhline(1.0, color="grey", lw=1)
     right.set(xscale="log", xlabel="C (FLOPs)", ylabel="C_A(L_B(C)) / C", title="multiplier")
     right.legend(fontsize=7)
+    from matplotlib.ticker import NullFormatter
+
+    for ax in (left, right):  # decade labels only: minor labels overlap on a log axis
+        ax.xaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

@@ -168,8 +168,11 @@ class Comparison:
                     "B does not reach A's loss within its range" if m == 0 else
                     "the multiplier is out of the frontiers' trusted range")
             return f"At C = {self.reference:.3g}, {what}; {exponents}."
+        where = self.flops.index(self.reference)
+        note = (f" (an extrapolation: A's frontier read at {m * self.reference:.3g}, beyond its "
+                "budgets)" if self.extrapolated[where] else "")
         return (f"At C = {self.reference:.3g}, A needs {m:.2g}x{ci_text} the compute to reach "
-                f"B's loss (B is worth {m:.2g}x A's compute); {exponents}.")
+                f"B's loss (B is worth {m:.2g}x A's compute){note}; {exponents}.")
 
 
 def check_comparable(a: RunsTable, b: RunsTable) -> list[str]:

@@ -67,6 +67,7 @@ def test_intervals_cover_the_truth_and_larger_budgets_are_marked_extrapolated():
     assert result.intervals["gamma_diff"].contains(0.0)  # same exponents
     assert "the frontier exponents do not differ" in result.verdict()
     assert result.verdict().startswith("At C = 1e+20, A needs 2")
+    assert "(an extrapolation: A's frontier read at 2" in result.verdict()
 
 
 def test_sweeps_whose_losses_do_not_compare_are_refused():

@@ -159,13 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     result = compare(a, b, larger=args.flops, bootstrap=args.bootstrap, seed=args.seed)
     out = to_json(result, unchecked)
     if args.out:
-        from analysis.report import ReportError, staged_folder
+        from analysis.report import check_target, staged_folder
 
         folder = Path(args.out)
-        if folder.exists() and (not folder.is_dir() or (
-                any(folder.iterdir()) and not (folder / "compare.json").exists())):
-            raise ReportError(f"{folder} exists and holds no comparison (no compare.json); "
-                              "refusing to replace it: give an empty or new folder with --out")
+        check_target(folder, "compare.json", "comparison")
         with staged_folder(folder) as tmp:  # swapped in whole, or not at all
             (tmp / "compare.json").write_text(json.dumps(out, indent=2) + "\n")
             (tmp / "compare.md").write_text(to_markdown(out))

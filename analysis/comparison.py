@@ -33,14 +33,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from analysis.errors import DataError, FitError
-from analysis.fits.approach3 import (
-    BOOTSTRAP_STARTS,
-    DEFAULT_GRID,
-    Approach3Fit,
-    fit_approach3,
-    prepare,
-    screen_starts,
-)
+from analysis.fits.approach3 import Approach3Fit, fit_approach3, refit_starts
 from analysis.fits.bootstrap import Interval, resample_indices
 from analysis.fits.optimum import IsoFlopLines, lines_from_runs, optimal_allocation, optimum_along
 from analysis.runs.selection import select_runs
@@ -252,9 +245,7 @@ def compare(a_runs: RunsTable, b_runs: RunsTable, *, larger: Sequence[float] = (
 
 def _starts(runs: RunsTable, f: Frontier) -> np.ndarray:
     """The full-data optimum and the best screened grid starts, as bootstrap_approach3 does."""
-    data = prepare(runs.column("N"), runs.column("D"), runs.column("loss"))
-    return np.vstack([np.asarray(f.fit.theta),
-                      screen_starts(data, DEFAULT_GRID, BOOTSTRAP_STARTS, f.fit.delta)])
+    return refit_starts(runs.column("N"), runs.column("D"), runs.column("loss"), f.fit)
 
 
 def _refit(runs: RunsTable, idx: np.ndarray, start: np.ndarray,

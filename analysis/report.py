@@ -113,12 +113,13 @@ def _export_command(args: argparse.Namespace, name: str, out: Path) -> str:
     return regenerate_command(again)
 
 
-def check_target(out: Path) -> None:
-    """Refuse to replace anything that is not a previous report (or an empty folder)."""
+def check_target(out: Path, marker: str = "report.md", what: str = "report") -> None:
+    """Refuse to replace anything that is not a previous output of the command (a folder
+    holding ``marker``) or an empty folder."""
     if out.exists() and not out.is_dir():
         raise ReportError(f"{out} exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not (out / "report.md").exists():
-        raise ReportError(f"{out} is a folder that holds no report (no report.md); "
+    if out.is_dir() and any(out.iterdir()) and not (out / marker).exists():
+        raise ReportError(f"{out} is a folder that holds no {what} (no {marker}); "
                           "refusing to replace it: give an empty or new folder with --out")
 
 

@@ -335,6 +335,14 @@ class _Refit:
         return sample.statistics(self.flops, self.lines)
 
 
+def refit_starts(n: np.ndarray, d: np.ndarray, loss: np.ndarray, fit: Approach3Fit, *,
+                 grid: StartGrid = DEFAULT_GRID, keep: int = BOOTSTRAP_STARTS) -> np.ndarray:
+    """Starts of a bootstrap refit: the full-data optimum, then the ``keep`` grid starts with
+    the lowest objective on the full data (see bootstrap_approach3)."""
+    data = prepare(n, d, loss)
+    return np.vstack([np.asarray(fit.theta), screen_starts(data, grid, keep, fit.delta)])
+
+
 def bootstrap_approach3(
     n: object, d: object, loss: object, fit: Approach3Fit, *,
     flops: float, n_resamples: int, seed: int, n_jobs: int = 1,
@@ -351,8 +359,6 @@ def bootstrap_approach3(
     ``lines``: the sweep's IsoFLOP lines, for the allocation of every refit along them.
     """
     n_arr, d_arr, l_arr = (np.asarray(v, dtype=float) for v in (n, d, loss))
-    data = prepare(n_arr, d_arr, l_arr)
-    starts = np.vstack([np.asarray(fit.theta), screen_starts(data, grid, starts_per_refit,
-                                                             fit.delta)])
+    starts = refit_starts(n_arr, d_arr, l_arr, fit, grid=grid, keep=starts_per_refit)
     refit = _Refit(n_arr, d_arr, l_arr, starts, fit.delta, float(flops), lines)
     return run_bootstrap(len(n_arr), refit, n_resamples=n_resamples, seed=seed, n_jobs=n_jobs)

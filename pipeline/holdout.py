@@ -7,15 +7,10 @@ sweep driver calls holdout_plan once the main runs are in the ledger, and the re
 
 from __future__ import annotations
 
-import sys
-
-from rich.console import Console
-
 from pipeline import keys
 from pipeline.config import SweepConfig
 from pipeline.grid import Plan, plan_holdout, planned_run_ids
-
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+from pipeline.terminal import console
 
 
 class HoldoutError(RuntimeError):

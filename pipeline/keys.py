@@ -1,7 +1,8 @@
 """Metric, param and tag keys shared by the writer (pipeline.tracking) and readers (analysis).
 
 Pure constants, no imports: the analysis side reads MLflow through these names and never
-parses run names or logs. Curves are logged against the optimizer step.
+parses run names or logs. Curves are logged against the optimizer step (and the losses
+again against tokens, the by_tokens/ keys).
 """
 
 # --- per-step curves (logged against the step) ------------------------------------------
@@ -11,6 +12,10 @@ VAL_LOSS = "val/loss"  # validation cross-entropy on the fixed eval batches, nat
 VAL_BPB = "val/bpb"  # the same in bits per UTF-8 byte, so tokenizers compare
 TOKENS = "tokens"  # tokens consumed by the optimizer so far (step x batch x seq_len)
 THROUGHPUT = "throughput/tokens_per_s"  # training tokens per wall-clock second
+# The same losses with the step axis in tokens (MLflow's x axis is the step): the curves of
+# one IsoFLOP budget overlay in the UI even where batch sizes, hence steps, differ.
+VAL_LOSS_BY_TOKENS = "by_tokens/val_loss"
+TRAIN_LOSS_BY_TOKENS = "by_tokens/train_loss"
 
 # --- summary of a finished run (logged once, at the end) -----------------------------------
 FINAL_VAL_LOSS = "final/val_loss"
@@ -35,6 +40,7 @@ TAG_FAMILY = "family"
 TAG_BUDGET = "budget"  # planned compute budget C (FLOPs) of an isoflop cell, else ""
 TAG_STATUS = "status"  # one of STATUSES
 TAG_KIND = "kind"  # "sweep" on the parent run, "trial" on child runs
+TAG_SWEEP_RUN = "sweep_run"  # on a child run: the MLflow id of its sweep's parent run
 TAG_ATTEMPTS = "attempts"  # how many times this run_id was started
 TAG_DIVERGED_STEP = "diverged_at_step"
 TAG_RESUMED_FROM = "resumed_from_step"  # checkpoint step the last attempt started from

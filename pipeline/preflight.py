@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rich.console import Console
-
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+from pipeline.terminal import say
 
 
 def driver_problem(address: str | None, checkpoint_dir: str, uri: str, sweep_name: str) -> str:
@@ -89,7 +87,7 @@ def warn_loopback_uri(uri: str) -> None:
     host = urlparse(uri).hostname or ""
     ips = {n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
     if host in ("127.0.0.1", "localhost", "::1") and len(ips) > 1:
-        console.print(f"[yellow]warning[/]: MLFLOW_TRACKING_URI is {uri}, a loopback address, "
+        say(f"[yellow]warning[/]: MLFLOW_TRACKING_URI is {uri}, a loopback address, "
                       f"but the cluster spans {len(ips)} machines: runs on the others cannot "
                       "reach it unless each has a tunnel to it. Use an address every node can "
                       "reach (docs/cluster.md)")

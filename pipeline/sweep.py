@@ -16,18 +16,17 @@
 from __future__ import annotations
 
 import argparse
-import math
+import io
+import json
 import os
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
@@ -37,113 +36,13 @@ from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.holdout import HoldoutError, holdout_plan
 from pipeline.preflight import driver_problem, warn_loopback_uri
 from pipeline.spec import RunSpec, branch_folder
+from pipeline.terminal import chatty, configure, console, json_mode, say
+from pipeline.terminal.tables import Progress, dur, print_plan, report_one, summary, trained_flops
 
 if TYPE_CHECKING:
     from pipeline.tracking import Ledger
 
 # Plain logs (CI, files) get wide lines instead of rich's 80-column default.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.3g}"
-
-
-def _dur(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    m, s = divmod(int(round(seconds)), 60)
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
-def _trained_flops(spec: RunSpec) -> float:
-    """Exact FLOPs a run trains itself: a WSD branch only from its branch step (the steps
-    before are its trunk's)."""
-    c = flops.training_flops(spec.model, spec.tokens, "exact")
-    return c * (1 - spec.exec.branch_step / spec.steps)
-
-
-def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
-               slots: int) -> None:
-    table = Table(title=f"sweep {cfg.name!r}: {len(plan.specs)} runs ({cfg.kind}, "
-                        f"{cfg.family}, C under {cfg.flops_convention!r})")
-    for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb", "tokens D",
-                "D/N", "steps", "FLOPs (exact)", "est. time", "notes"):
-        table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
-    total_flops = total_time = trained_flops = 0.0
-    for s in plan.specs:
-        m, n = s.model, flops.params_total(s.model)
-        c = flops.training_flops(m, s.tokens, "exact")
-        trained = _trained_flops(s)
-        total_flops += c
-        trained_flops += trained
-        est = estimate.get(s.run_id, math.nan) if estimate else math.nan
-        total_time += est * trained / c
-        notes = [f"seed {s.train.seed}"] if s.train.seed else []
-        if len(cfg.train.schedule_list()) > 1:
-            notes.append(s.train.schedule)
-        if cfg.train.variants or cfg.train.batch_rule_steps:  # the recipe values that vary
-            t = s.train
-            notes.append(f"batch {t.batch_size}, lr {t.lr:.3g}, warmup {t.warmup_steps}, "
-                         f"wd {t.weight_decay:g}")
-        if s.role != keys.ROLE_MAIN:
-            notes.append(s.role)
-        if s.exec.branch_from:
-            notes.append(f"from {s.exec.branch_from[:6]} at step {s.exec.branch_step}")
-        table.add_row(
-            s.run_id, _fmt(s.budget) if s.budget else "-",
-            f"{m.n_layer}/{m.d_model}/{m.n_heads}/{m.n_kv_heads}", f"{n:,}",
-            f"{flops.params_non_embedding(m):,}", f"{s.tokens:,}", f"{s.tokens / n:.1f}",
-            str(s.steps), _fmt(c), _dur(est * trained / c), ", ".join(notes),
-        )
-    console.print(table)
-    for sk in plan.skipped:
-        console.print(f"[yellow]skipped[/] {sk.label}: {sk.reason}")
-    line = f"total: {len(plan.specs)} runs, {_fmt(total_flops)} FLOPs (exact)"
-    if trained_flops < total_flops:
-        line += (f", of which {_fmt(trained_flops)} trained (WSD branches start from their "
-                 f"trunk: {1 - trained_flops / total_flops:.0%} saved)")
-    if estimate:
-        line += (f", {_dur(total_time)} of run time, about {_dur(total_time / slots)} wall "
-                 f"with {slots} run(s) at a time (calibrated on this machine)")
-    console.print(line)
-    holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
-    if holdout is not None and all(s.role == keys.ROLE_MAIN for s in plan.specs):
-        console.print(f"then held-out budget(s) {', '.join(_fmt(b) for b in holdout.budgets)}: "
-                      f"{holdout.count} size(s) each at the N_opt that Approach 2 predicts from "
-                      "the runs above, planned once they are done")
-
-
-@dataclass
-class Progress:
-    """Counts and the best loss per budget, printed as runs finish."""
-
-    total: int
-    skipped: int = 0
-    done: int = 0
-    failed: int = 0
-    diverged: int = 0
-    running: int = 0
-    started: float = field(default_factory=time.monotonic)
-    flops_done: float = 0.0
-    flops_left: float = 0.0
-    best: dict[str, float] = field(default_factory=dict)
-
-    def eta(self) -> float:
-        elapsed = time.monotonic() - self.started
-        if self.flops_done <= 0:
-            return math.nan
-        return self.flops_left * elapsed / self.flops_done
-
-    def line(self) -> str:
-        # Budgets in FLOPs, "-" for runs of a grid or runs sweep (no budget): those last.
-        best = ", ".join(f"C={b}: {v:.3f}" for b, v in sorted(
-            self.best.items(), key=lambda kv: math.inf if kv[0] == "-" else float(kv[0])))
-        return (f"[{self.done + self.failed + self.diverged}/{self.total}] done {self.done}, "
-                f"running {self.running}, failed {self.failed}, diverged {self.diverged}, "
-                f"skipped {self.skipped}; time left ~{_dur(self.eta())}"
-                + (f"; best val loss {best}" if best else ""))
 
 
 def _init_ray(address: str | None, cpus: int | None) -> None:
@@ -151,13 +50,13 @@ def _init_ray(address: str | None, cpus: int | None) -> None:
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reporting
     if address:
-        ray.init(address=address, log_to_driver=True)
+        ray.init(address=address, log_to_driver=chatty())
         return
     # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths: Ray's
     # unix sockets must fit in 107 characters).
     tmp = os.environ.get("RAY_TMPDIR")
     ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
-             _temp_dir=tmp or None, log_to_driver=True,
+             _temp_dir=tmp or None, log_to_driver=chatty(),
              runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
 
 
@@ -184,7 +83,7 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
         ledger.mark(parent, "finished", "FINISHED")
         return results
 
-    progress.flops_left = sum(_trained_flops(s) for s, _ in todo)
+    progress.flops_left = sum(trained_flops(s) for s, _ in todo)
     _init_ray(address, cpus)
     res = cfg.resources
     # Device placement follows what Ray assigned: with num_gpus > 0 Ray sets
@@ -236,7 +135,7 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
             progress.running = min(len(pending), slots)
             for ref in ready:
                 spec, mlflow_run_id = pending.pop(ref)
-                progress.flops_left -= _trained_flops(spec)
+                progress.flops_left -= trained_flops(spec)
                 try:
                     out = ray.get(ref)
                 except (ray.exceptions.RayError, Exception) as e:  # noqa: BLE001
@@ -245,7 +144,7 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
                            "error": f"{type(e).__name__}: {str(e)[:300]}"}
                     ledger.mark(mlflow_run_id, keys.STATUS_FAILED, "FAILED")
                 results[spec.run_id] = out
-                _report_one(spec, out, progress, by_budget)
+                report_one(spec, out, progress, by_budget)
                 for branch in waiting.pop(spec.run_id, []):
                     submit(*branch)  # whatever the trunk's outcome: see train._branch_state
             if time.monotonic() - last_line > 30 or ready:
@@ -289,7 +188,7 @@ def _mark_killed(ledger: Ledger, parent: str, pending: dict,
     marked killed, and resume from their checkpoints on the next invocation."""
     import ray
 
-    console.print("[yellow]interrupted[/]: cancelling runs in flight; they are marked "
+    say("[yellow]interrupted[/]: cancelling runs in flight; they are marked "
                   "killed and resume from their checkpoints on the next invocation")
     for ref, (_spec, mlflow_run_id) in pending.items():
         ray.cancel(ref, force=True)
@@ -315,45 +214,6 @@ def _cluster_slots(num_cpus: int, num_gpus: float) -> int:
     return max(1, slots)
 
 
-def _report_one(spec: RunSpec, out: dict, progress: Progress,
-                by_budget: dict[str, list[float]]) -> None:
-    m = spec.model
-    shape = f"{m.family} L{m.n_layer} d{m.d_model} N={flops.params_total(m):,} D={spec.tokens:,}"
-    status = out.get("status")
-    if status == keys.STATUS_FINISHED:
-        progress.done += 1
-        loss = out["final_val_loss"]
-        progress.flops_done += _trained_flops(spec)
-        budget = _fmt(spec.budget) if spec.budget else "-"
-        progress.best[budget] = min(progress.best.get(budget, math.inf), loss)
-        by_budget[budget].append(loss)
-        console.print(f"[green]finished[/] {spec.run_id} {shape}: val loss {loss:.4f} in "
-                      f"{out['wall_s']:.1f}s ({out['tokens_per_s']:,.0f} tok/s, attempt "
-                      f"{out.get('attempts', 1)})")
-    elif status == keys.STATUS_DIVERGED:
-        progress.diverged += 1
-        console.print(f"[yellow]diverged[/] {spec.run_id} {shape} at step "
-                      f"{out.get('diverged_step')}")
-    else:
-        progress.failed += 1
-        console.print(f"[red]failed[/] {spec.run_id} {shape}: {out.get('error')}")
-
-
-def summary(results: dict[str, dict], plan: Plan) -> None:
-    table = Table(title="runs")
-    for col in ("run_id", "budget", "shape", "N", "D", "status", "val loss"):
-        table.add_column(col)
-    for s in plan.specs:
-        out = results.get(s.run_id, {})
-        loss = out.get("final_val_loss")
-        table.add_row(s.run_id, _fmt(s.budget) if s.budget else "-",
-                      f"L{s.model.n_layer} d{s.model.d_model}", f"{flops.params_total(s.model):,}",
-                      f"{s.tokens:,}", str(out.get("status", "?"))
-                      + (" (already done)" if out.get("skipped") else ""),
-                      f"{loss:.4f}" if isinstance(loss, float) else "-")
-    console.print(table)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.sweep",
                                 description="Plan, run, record and report a scaling sweep.")
@@ -369,7 +229,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="root of run checkpoints (default: $SCALING_CHECKPOINT_DIR, else "
                         "./checkpoints); on a cluster, a folder every node mounts")
     p.add_argument("--no-report", action="store_true", help="skip the fit and report")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--quiet", action="store_true",
+                     help="print only errors, warnings and where the results are")
+    out.add_argument("--json", action="store_true",
+                     help="human output on stderr; stdout is one JSON object at the end")
     args = p.parse_args(argv)
+    configure(quiet=args.quiet, json_out=args.json)
 
     try:
         cfg = load_sweep(args.sweep_file)
@@ -419,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             h_plan = holdout_plan(cfg, args.sweep_file, vocab, uri, plan)
         except HoldoutError as e:
-            console.print(f"[red]held-out budgets not run[/]: {e}")
+            say(f"[red]held-out budgets not run[/]: {e}")
             results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
         else:
             h_plan = _refuse_repetition(h_plan, cfg, len(data.train), args.sweep_file, results)
@@ -430,12 +296,15 @@ def main(argv: list[str] | None = None) -> int:
             plan = Plan(plan.specs + h_plan.specs, plan.skipped + h_plan.skipped)
     summary(results, plan)
     failed = [r for r in results.values() if r.get("status") == keys.STATUS_FAILED]
-    look = (f"open {uri} in a browser" if uri.startswith(("http://", "https://"))
-            else f"mlflow ui --backend-store-uri {uri}")
-    console.print(f"sweep {cfg.name!r}: {len(results)} runs in {_dur(time.monotonic() - t0)}; "
-                  f"tracking at {uri} ({look})")
-    if not args.no_report:
-        _report(cfg.name, uri, args.sweep_file)
+    from pipeline.tracking import runs_page
+
+    page = runs_page(uri, cfg.name)
+    say(f"sweep {cfg.name!r}: {len(results)} runs in {dur(time.monotonic() - t0)}; "
+        f"tracking at {uri}")
+    say(f"compare them in the MLflow UI: {page}")
+    report = None if args.no_report else _report(cfg.name, uri, args.sweep_file)
+    if json_mode():
+        print(json.dumps(sweep_json(cfg.name, uri, page, plan, results, report), indent=2))
     return 1 if failed else 0
 
 
@@ -447,6 +316,8 @@ def _dry_run(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int)
         cal = calibrate(plan.specs)
         estimate = {s.run_id: cal.seconds(s) for s in plan.specs}
     print_plan(cfg, plan, estimate, slots)
+    if json_mode():
+        print(json.dumps(sweep_json(cfg.name, "", "", plan, {}, None), indent=2))
     return 0
 
 
@@ -455,7 +326,7 @@ def _refuse_repetition(h_plan: Plan, cfg: SweepConfig, train_tokens: int, sweep_
     """The held-out plan, emptied (and the refusal recorded) if it would repeat data."""
     where = f"{sweep_file} (held-out budgets)"
     if problem := repetition_problem(h_plan.specs, train_tokens, cfg.data.max_epochs, where):
-        console.print(f"[red]held-out budgets not run[/]: {problem}")
+        say(f"[red]held-out budgets not run[/]: {problem}")
         results["holdout"] = {"status": keys.STATUS_FAILED, "error": problem}
         return Plan([], h_plan.skipped)
     return h_plan
@@ -465,20 +336,54 @@ def _data_for(cfg: SweepConfig, sweep_file: str, load_data):
     return load_data(data_spec_for(cfg, sweep_file))
 
 
-def _report(name: str, uri: str, sweep_file: str) -> None:
-    """Fit and report; a failure here never touches the runs (they are in the ledger)."""
+def _report(name: str, uri: str, sweep_file: str) -> str | None:
+    """Fit and report; a failure here never touches the runs (they are in the ledger). Returns
+    the report's path, None when there is none. Its progress lines (stderr) and path (stdout)
+    follow the mode: as they are by default, on stderr with --json, kept back with --quiet
+    unless it fails."""
     from analysis import report
 
     regenerate = f"python -m analysis.report --sweep {name} --tracking-uri {uri}"
+    said, err = io.StringIO(), io.StringIO()
+    if chatty():
+        routes = (sys.stdout, sys.stderr)
+    else:
+        routes = (sys.stderr if json_mode() else said, sys.stderr if json_mode() else err)
     try:
-        rc = report.main(["--sweep", name, "--tracking-uri", uri, "--sweep-file", sweep_file])
+        with redirect_stdout(routes[0]), redirect_stderr(routes[1]):
+            rc = report.main(["--sweep", name, "--tracking-uri", uri, "--sweep-file",
+                              sweep_file])
     except Exception as e:  # noqa: BLE001 - the sweep succeeded; say what failed and how to retry
-        console.print(f"[red]report failed[/]: {type(e).__name__}: {e}. The runs are safe; "
-                      f"retry with: {regenerate}")
-        return
+        say(f"[red]report failed[/]: {type(e).__name__}: {e}. The runs are safe; "
+            f"retry with: {regenerate}")
+        return None
     if rc:
-        console.print(f"[yellow]no report[/] (analysis.report exited {rc}); retry with: "
-                      f"{regenerate}")
+        print(err.getvalue(), end="", file=sys.stderr)
+        say(f"[yellow]no report[/] (analysis.report exited {rc}); retry with: {regenerate}")
+        return None
+    path = str(Path("reports") / name / "report.html")
+    if not chatty():
+        say(f"report: {path}")
+    return path
+
+
+def sweep_json(name: str, uri: str, page: str, plan: Plan, results: dict[str, dict],
+               report: str | None) -> dict:
+    """The --json object: the sweep, where to look, and every planned run's outcome."""
+    runs = []
+    for s in plan.specs:
+        out = results.get(s.run_id, {})
+        loss = out.get("final_val_loss")
+        runs.append({"run_id": s.run_id, "budget": s.budget, "role": s.role,
+                     "family": s.model.family, "n_layer": s.model.n_layer,
+                     "d_model": s.model.d_model, "N": flops.params_total(s.model),
+                     "D": s.tokens, "status": out.get("status"),
+                     "already_done": bool(out.get("skipped")),
+                     "final_val_loss": loss if isinstance(loss, float) else None,
+                     "error": out.get("error")})
+    extra = {k: v for k, v in results.items() if k == "holdout"}  # a refused held-out plan
+    return {"sweep": name, "tracking_uri": uri, "mlflow_ui": page, "report": report,
+            "runs": runs, **extra}
 
 
 if __name__ == "__main__":

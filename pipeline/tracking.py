@@ -1,7 +1,9 @@
 """MLflow, write side: the only module of pipeline/ that imports mlflow.
 
-MLflow is the ledger of a sweep: one experiment per sweep (named after it), one parent run
-(tag kind=sweep) and one child run per RunSpec (tag kind=trial, run_id=<spec hash>). Keys are
+MLflow is the ledger of a sweep: one experiment per sweep (named after it), one sweep run
+(tag kind=sweep) and one child run per RunSpec (tag kind=trial, run_id=<spec hash>, sweep_run=
+the sweep run's id), side by side rather than nested; how they read in the UI (names, summary
+params, the dataset input, the experiment kind) is pipeline.ledger.ui. Keys are
 the constants of pipeline.keys. Everything goes through MlflowClient with explicit run ids
 (no global "active run"), so Ray workers and threads cannot mix runs up.
 
@@ -30,10 +32,10 @@ except ImportError:  # Windows: no flock; the store is created without the lock
     fcntl = None
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 
 from pipeline import keys
+from pipeline.ledger import ui
 from pipeline.spec import RunSpec, flatten
 
 # MLflow's log_batch limits (per call): 1000 metrics, 100 params, 100 tags.
@@ -99,15 +101,26 @@ def prepare_store(uri: str, experiment: str) -> str:
             client = MlflowClient(tracking_uri=uri)
             found = client.get_experiment_by_name(experiment)
             if found is not None:
+                if found.tags.get(ui.EXPERIMENT_KIND_TAG) is None:  # a ledger from before
+                    client.set_experiment_tag(found.experiment_id, ui.EXPERIMENT_KIND_TAG,
+                                              ui.EXPERIMENT_KIND)
                 return found.experiment_id
             artifact_location = None
             if db is not None:
                 artifact_location = (db.parent / "mlartifacts" / experiment).resolve().as_uri()
-            return client.create_experiment(experiment, artifact_location=artifact_location)
+            return client.create_experiment(
+                experiment, artifact_location=artifact_location,
+                tags={ui.EXPERIMENT_KIND_TAG: ui.EXPERIMENT_KIND})
     except Exception as e:  # noqa: BLE001 - sqlalchemy, OSError, MlflowException, HTTP...
         first_line = (str(e).splitlines() or [""])[0][:300]
         raise TrackingError(f"cannot use the MLflow tracking store {uri}: "
                             f"{type(e).__name__}: {first_line}") from e
+
+
+def runs_page(uri: str, experiment: str) -> str:
+    """How to open the sweep's runs in the MLflow UI (pipeline.ledger.ui.runs_page)."""
+    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
+    return ui.runs_page(uri, found.experiment_id if found is not None else "0")
 
 
 @contextmanager
@@ -167,10 +180,17 @@ def code_version() -> dict[str, str]:
             keys.TAG_PYTHON: platform.python_version(), keys.TAG_TORCH: torch_version}
 
 
+def _no_run_links() -> None:
+    """MLflow prints "View run <name> at: <url>" on every run's end with a tracking server:
+    two lines per run through Ray's log forwarding. The sweep prints its one link instead."""
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
 class Ledger:
     """Finding and creating runs of one sweep (used by the driver only)."""
 
     def __init__(self, uri: str, experiment: str) -> None:
+        _no_run_links()
         self.uri = uri
         self.experiment = experiment
         self.experiment_id = prepare_store(uri, experiment)
@@ -231,12 +251,14 @@ class Ledger:
             tags[keys.TAG_BRANCH_OF] = spec.exec.branch_from
             tags[keys.TAG_BRANCH_STEP] = str(spec.exec.branch_step)
         if parent_run_id:
-            tags[MLFLOW_PARENT_RUN_ID] = parent_run_id
-        name = f"{spec.model.family}-L{spec.model.n_layer}-d{spec.model.d_model}-{spec.run_id[:6]}"
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+            # Not MLflow's parentRunId: its UI hides nested runs, from the table and from the
+            # charts, until each parent is expanded by hand, and comparing runs is its use.
+            tags[keys.TAG_SWEEP_RUN] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=ui.run_name(spec), tags=tags)
         rid = run.info.run_id
         params = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in flatten(spec.to_dict()).items()]
         params.append(Param("tokens", str(spec.tokens)))
+        params += [Param(k, v) for k, v in ui.summary_params(spec).items()]
         for i in range(0, len(params), _MAX_PARAMS):
             self.client.log_batch(rid, params=params[i : i + _MAX_PARAMS])
         self.client.log_dict(rid, spec.to_dict(), keys.SPEC_ARTIFACT)
@@ -251,6 +273,7 @@ class MLflowTracker:
     """The trainer's tracker for one child run: buffers metrics, writes them with log_batch."""
 
     def __init__(self, uri: str, mlflow_run_id: str, flush_every: int = 200) -> None:
+        _no_run_links()
         self.client = MlflowClient(tracking_uri=uri)
         self.run_id = mlflow_run_id
         self._buffer: list[Metric] = []
@@ -285,6 +308,13 @@ class MLflowTracker:
 
     def log_dict(self, obj: dict, name: str) -> None:
         self.client.log_dict(self.run_id, obj, name)
+
+    def log_dataset(self, record: dict[str, str]) -> None:
+        """The run's training tokens as a dataset input (pipeline.ledger.ui.dataset). MLflow
+        keeps one dataset per (name, digest) in an experiment and one input per run, so a
+        resumed attempt logging it again adds nothing."""
+        context = InputTag(key="mlflow.data.context", value="train")
+        self.client.log_inputs(self.run_id, [DatasetInput(Dataset(**record), tags=[context])])
 
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)

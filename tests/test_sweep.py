@@ -77,6 +77,24 @@ def test_sweep_runs_everything_then_reruns_nothing(tmp_path: Path) -> None:
         assert f"{run.data.metrics[keys.FINAL_VAL_LOSS]:.4f}" in second.stdout
     assert all(r.data.tags[keys.TAG_ATTEMPTS] == "1" for r in again)
 
+    # For scripts: --json leaves stdout one JSON object (the human lines go to stderr) ...
+    as_json = _sweep(tmp_path, sweep, "--json")
+    assert as_json.returncode == 0, as_json.stderr[-3000:]
+    out = json.loads(as_json.stdout)
+    assert "nothing to train" in as_json.stderr
+    losses = {r.data.tags[keys.TAG_RUN_ID]: r.data.metrics[keys.FINAL_VAL_LOSS] for r in again}
+    assert out["sweep"] == "tiny" and out["report"] is None
+    assert "workflowType=machine_learning" in out["mlflow_ui"]
+    assert {r["run_id"]: r["final_val_loss"] for r in out["runs"]} == losses
+    assert all(r["status"] == keys.STATUS_FINISHED and r["already_done"] for r in out["runs"])
+    # ... and --quiet keeps only where the results are.
+    quiet = _sweep(tmp_path, sweep, "--quiet")
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    lines = quiet.stdout.strip().splitlines()
+    assert len(lines) == 2, quiet.stdout
+    assert lines[0].startswith("sweep 'tiny': 4 runs in ")
+    assert lines[1].startswith("compare them in the MLflow UI: mlflow ui --backend-store-uri")
+
 
 def _statuses_read_only(db: Path) -> dict[str, str]:
     """run_id -> status tag, read with plain sqlite in read-only mode.

@@ -118,7 +118,8 @@ def test_create_trial_logs_params_tags_and_spec(
     assert tags[keys.TAG_STATUS] == "queued"
     assert float(tags[keys.TAG_BUDGET]) == 1.5e12
     assert tags[keys.TAG_KIND] == "trial"
-    assert tags["mlflow.parentRunId"] == parent
+    assert tags[keys.TAG_SWEEP_RUN] == parent
+    assert "mlflow.parentRunId" not in tags  # not nested: the UI would hide it until expanded
     assert tags[keys.TAG_ROLE] == keys.ROLE_MAIN
     # What produced it: this repository's commit (tests run in a checkout) and the versions.
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
@@ -214,6 +215,14 @@ def test_a_failing_trial_is_recorded_and_resumes_on_retry(
     assert run.info.status == "FINISHED" and run.data.tags[keys.TAG_STATUS] == "finished"
     steps = sorted(p.step for p in client.get_metric_history(rec.mlflow_run_id, keys.VAL_LOSS))
     assert steps == [3, 6, 9, 12, 15, 18, 21, 24, 27, 30]  # each eval once, none repeated
+    # The same against tokens (step = tokens), and the corpus is one dataset input although
+    # both attempts logged it.
+    by_tokens = client.get_metric_history(rec.mlflow_run_id, keys.VAL_LOSS_BY_TOKENS)
+    assert sorted(p.step for p in by_tokens) == [s * spec.train.batch_size * spec.model.seq_len
+                                                  for s in steps]
+    inputs = run.inputs.dataset_inputs
+    assert len(inputs) == 1
+    assert inputs[0].dataset.digest == run.data.tags[keys.TAG_DATA_FINGERPRINT][:36]
 
 
 def test_a_diverged_trial_is_finished_with_status_diverged(

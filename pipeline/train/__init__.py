@@ -29,6 +29,7 @@ import torch
 from pipeline import checkpoint, flops, keys
 from pipeline.data import TokenData, eval_batches, get_batch, load_data  # load_data: re-exported
 from pipeline.data.batches import unique_tokens_seen
+from pipeline.ledger import ui
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
@@ -40,6 +41,7 @@ class Tracker(Protocol):
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
     def log_summary(self, metrics: dict[str, float]) -> None: ...
     def set_tags(self, tags: dict[str, str]) -> None: ...
+    def log_dataset(self, record: dict[str, str]) -> None: ...
 
 
 class NullTracker:
@@ -49,6 +51,7 @@ class NullTracker:
         self.metrics: list[tuple[int, dict[str, float]]] = []
         self.summary: dict[str, float] = {}
         self.tags: dict[str, str] = {}
+        self.datasets: list[dict[str, str]] = []
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         self.metrics.append((step, dict(metrics)))
@@ -58,6 +61,9 @@ class NullTracker:
 
     def set_tags(self, tags: dict[str, str]) -> None:
         self.tags.update(tags)
+
+    def log_dataset(self, record: dict[str, str]) -> None:
+        self.datasets.append(dict(record))
 
 
 @dataclass
@@ -145,8 +151,8 @@ def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:
 
 @dataclass
 class _Run:
-    """One run's training state, and the two things done with it along the way: record an
-    evaluation (curve + tracker) and save a checkpoint."""
+    """One run's training state, and the things done with it along the way: record the
+    training loss or an evaluation (curve + tracker) and save a checkpoint."""
 
     spec: RunSpec
     tracker: Tracker
@@ -176,15 +182,25 @@ class _Run:
             "train_loss": self.last_train_loss, "run_id": self.spec.run_id,
         })
 
+    def record_train(self, step: int, lr: float, tokens_per_s: float) -> None:
+        tokens = step * self.tokens_per_step
+        self.tracker.log_metrics({
+            keys.TRAIN_LOSS: self.last_train_loss, keys.TRAIN_LR: lr, keys.TOKENS: tokens,
+            keys.THROUGHPUT: tokens_per_s,
+        }, step)
+        self.tracker.log_metrics({keys.TRAIN_LOSS_BY_TOKENS: self.last_train_loss}, tokens)
+
     def record_eval(self, step: int) -> float:
         val = evaluate(self.model, self.evals, self.spec, self.device)
         self.curve["step"].append(step)
         self.curve["tokens"].append(step * self.tokens_per_step)
         self.curve["val_loss"].append(val)
+        tokens = step * self.tokens_per_step
         self.tracker.log_metrics({
             keys.VAL_LOSS: val, keys.VAL_BPB: val / math.log(2) * (1 / self.bytes_per_token),
-            keys.TOKENS: step * self.tokens_per_step,
+            keys.TOKENS: tokens,
         }, step)
+        self.tracker.log_metrics({keys.VAL_LOSS_BY_TOKENS: val}, tokens)
         return val
 
     def restore(self, resume: bool, branch_dir: str | Path | None) -> int | None:
@@ -219,6 +235,8 @@ def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> To
         )
     tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
                       keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
+    tracker.log_dataset(ui.dataset(spec, data.fingerprint, len(data.train), len(data.val),
+                                   data.train_bytes))
     return data
 
 
@@ -336,11 +354,7 @@ def train(
             run.last_train_loss = float(losses.mean())
             now = time.perf_counter()
             tokens_timed += (done - window_start) * tokens_per_step
-            tracker.log_metrics({
-                keys.TRAIN_LOSS: run.last_train_loss, keys.TRAIN_LR: lr,
-                keys.TOKENS: done * tokens_per_step,
-                keys.THROUGHPUT: tokens_timed / max(now - t_timed, 1e-9),
-            }, done)
+            run.record_train(done, lr, tokens_timed / max(now - t_timed, 1e-9))
             tokens_timed, t_timed = 0, now
             window_start = done
         if eval_due:

@@ -1,0 +1,156 @@
+"""The sweep's tables and progress lines: the plan (with the time estimate), a line per
+finished run with the best loss per budget so far, and the summary table of the runs."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from pipeline import flops, keys
+from pipeline.config import SweepConfig
+from pipeline.grid import Plan
+from pipeline.spec import RunSpec
+from pipeline.terminal import console, say
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def dur(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def trained_flops(spec: RunSpec) -> float:
+    """Exact FLOPs a run trains itself: a WSD branch only from its branch step (the steps
+    before are its trunk's)."""
+    c = flops.training_flops(spec.model, spec.tokens, "exact")
+    return c * (1 - spec.exec.branch_step / spec.steps)
+
+
+def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
+               slots: int) -> None:
+    table = Table(title=f"sweep {cfg.name!r}: {len(plan.specs)} runs ({cfg.kind}, "
+                        f"{cfg.family}, C under {cfg.flops_convention!r})")
+    for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb", "tokens D",
+                "D/N", "steps", "FLOPs (exact)", "est. time", "notes"):
+        table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
+    total_flops = total_time = trained_total = 0.0
+    for s in plan.specs:
+        m, n = s.model, flops.params_total(s.model)
+        c = flops.training_flops(m, s.tokens, "exact")
+        trained = trained_flops(s)
+        total_flops += c
+        trained_total += trained
+        est = estimate.get(s.run_id, math.nan) if estimate else math.nan
+        total_time += est * trained / c
+        notes = [f"seed {s.train.seed}"] if s.train.seed else []
+        if len(cfg.train.schedule_list()) > 1:
+            notes.append(s.train.schedule)
+        if cfg.train.variants or cfg.train.batch_rule_steps:  # the recipe values that vary
+            t = s.train
+            notes.append(f"batch {t.batch_size}, lr {t.lr:.3g}, warmup {t.warmup_steps}, "
+                         f"wd {t.weight_decay:g}")
+        if s.role != keys.ROLE_MAIN:
+            notes.append(s.role)
+        if s.exec.branch_from:
+            notes.append(f"from {s.exec.branch_from[:6]} at step {s.exec.branch_step}")
+        table.add_row(
+            s.run_id, fmt(s.budget) if s.budget else "-",
+            f"{m.n_layer}/{m.d_model}/{m.n_heads}/{m.n_kv_heads}", f"{n:,}",
+            f"{flops.params_non_embedding(m):,}", f"{s.tokens:,}", f"{s.tokens / n:.1f}",
+            str(s.steps), fmt(c), dur(est * trained / c), ", ".join(notes),
+        )
+    console.print(table)
+    for sk in plan.skipped:
+        console.print(f"[yellow]skipped[/] {sk.label}: {sk.reason}")
+    line = f"total: {len(plan.specs)} runs, {fmt(total_flops)} FLOPs (exact)"
+    if trained_total < total_flops:
+        line += (f", of which {fmt(trained_total)} trained (WSD branches start from their "
+                 f"trunk: {1 - trained_total / total_flops:.0%} saved)")
+    if estimate:
+        line += (f", {dur(total_time)} of run time, about {dur(total_time / slots)} wall "
+                 f"with {slots} run(s) at a time (calibrated on this machine)")
+    console.print(line)
+    holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
+    if holdout is not None and all(s.role == keys.ROLE_MAIN for s in plan.specs):
+        console.print(f"then held-out budget(s) {', '.join(fmt(b) for b in holdout.budgets)}: "
+                      f"{holdout.count} size(s) each at the N_opt that Approach 2 predicts from "
+                      "the runs above, planned once they are done")
+
+
+@dataclass
+class Progress:
+    """Counts and the best loss per budget, printed as runs finish."""
+
+    total: int
+    skipped: int = 0
+    done: int = 0
+    failed: int = 0
+    diverged: int = 0
+    running: int = 0
+    started: float = field(default_factory=time.monotonic)
+    flops_done: float = 0.0
+    flops_left: float = 0.0
+    best: dict[str, float] = field(default_factory=dict)
+
+    def eta(self) -> float:
+        elapsed = time.monotonic() - self.started
+        if self.flops_done <= 0:
+            return math.nan
+        return self.flops_left * elapsed / self.flops_done
+
+    def line(self) -> str:
+        # Budgets in FLOPs, "-" for runs of a grid or runs sweep (no budget): those last.
+        best = ", ".join(f"C={b}: {v:.3f}" for b, v in sorted(
+            self.best.items(), key=lambda kv: math.inf if kv[0] == "-" else float(kv[0])))
+        return (f"[{self.done + self.failed + self.diverged}/{self.total}] done {self.done}, "
+                f"running {self.running}, failed {self.failed}, diverged {self.diverged}, "
+                f"skipped {self.skipped}; time left ~{dur(self.eta())}"
+                + (f"; best val loss {best}" if best else ""))
+
+
+def report_one(spec: RunSpec, out: dict, progress: Progress,
+                by_budget: dict[str, list[float]]) -> None:
+    m = spec.model
+    shape = f"{m.family} L{m.n_layer} d{m.d_model} N={flops.params_total(m):,} D={spec.tokens:,}"
+    status = out.get("status")
+    if status == keys.STATUS_FINISHED:
+        progress.done += 1
+        loss = out["final_val_loss"]
+        progress.flops_done += trained_flops(spec)
+        budget = fmt(spec.budget) if spec.budget else "-"
+        progress.best[budget] = min(progress.best.get(budget, math.inf), loss)
+        by_budget[budget].append(loss)
+        console.print(f"[green]finished[/] {spec.run_id} {shape}: val loss {loss:.4f} in "
+                      f"{out['wall_s']:.1f}s ({out['tokens_per_s']:,.0f} tok/s, attempt "
+                      f"{out.get('attempts', 1)})")
+    elif status == keys.STATUS_DIVERGED:
+        progress.diverged += 1
+        say(f"[yellow]diverged[/] {spec.run_id} {shape} at step "
+                      f"{out.get('diverged_step')}")
+    else:
+        progress.failed += 1
+        say(f"[red]failed[/] {spec.run_id} {shape}: {out.get('error')}")
+
+
+def summary(results: dict[str, dict], plan: Plan) -> None:
+    table = Table(title="runs")
+    for col in ("run_id", "budget", "shape", "N", "D", "status", "val loss"):
+        table.add_column(col)
+    for s in plan.specs:
+        out = results.get(s.run_id, {})
+        loss = out.get("final_val_loss")
+        table.add_row(s.run_id, fmt(s.budget) if s.budget else "-",
+                      f"L{s.model.n_layer} d{s.model.d_model}", f"{flops.params_total(s.model):,}",
+                      f"{s.tokens:,}", str(out.get("status", "?"))
+                      + (" (already done)" if out.get("skipped") else ""),
+                      f"{loss:.4f}" if isinstance(loss, float) else "-")
+    console.print(table)

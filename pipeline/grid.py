@@ -284,7 +284,8 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
                                 longest[cell.model] if shared else steps)
             # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.
             ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
-            exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt)
+            exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt,
+                                 micro_batch_size=_micro_batch(cfg, cell.model, train))
             spec = RunSpec(sweep=cfg.name, model=cell.model, data=data, train=train,
                            steps=steps, budget=cell.budget,
                            flops_convention=cfg.flops_convention, exec=exec_spec, role=role)
@@ -294,6 +295,23 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
             seen[spec.run_id] = label
             specs.append(spec)
     return specs
+
+
+def _micro_batch(cfg: SweepConfig, model: ModelConfig, train: TrainSpec) -> int:
+    """exec.micro_batch_size of a run: 0 (the whole batch), the sweep's size (at most the
+    run's batch: the batch rule's small batches take one pass), or with "auto" the largest
+    halving of the batch whose estimated peak fits resources.device_memory_gb."""
+    res, batch = cfg.resources, train.batch_size
+    if res.micro_batch_size is None:
+        return 0
+    if res.micro_batch_size == "auto":
+        from pipeline.estimate.memory import GIB, micro_batch_to_fit
+
+        bf16 = train.precision == "bf16" or (train.precision == "auto" and res.num_gpus > 0)
+        micro = micro_batch_to_fit(model, batch, bf16, res.device_memory_gb * GIB)
+    else:
+        micro = min(res.micro_batch_size, batch)
+    return 0 if micro == batch else micro
 
 
 def _share_trunks(specs: list[RunSpec]) -> list[RunSpec]:

@@ -112,6 +112,10 @@ class ExecSpec:
     batches a function of (seed, step)); only the compute differs."""
     branch_step: int = 0
     """WSD reuse, on a branch: the trunk step it starts from (where its own decay begins)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward pass (0: the whole batch). A smaller divisor of the
+    batch accumulates gradients over batch / micro_batch_size passes: the same tokens and the
+    same update up to floating-point rounding, at a fraction of the activation memory."""
 
 
 @dataclass(frozen=True)

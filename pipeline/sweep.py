@@ -214,6 +214,20 @@ def _cluster_slots(num_cpus: int, num_gpus: float) -> int:
     return max(1, slots)
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = _positive(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.sweep",
                                 description="Plan, run, record and report a scaling sweep.")
@@ -229,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="root of run checkpoints (default: $SCALING_CHECKPOINT_DIR, else "
                         "./checkpoints); on a cluster, a folder every node mounts")
     p.add_argument("--no-report", action="store_true", help="skip the fit and report")
+    p.add_argument("--device-peak", type=_positive, metavar="TFLOPS",
+                   help="dry run: time runs at this peak (TFLOP/s) x --mfu instead of "
+                        "measuring (default: measured when the runs' device is here, else "
+                        "an H100's 989 for a GPU sweep)")
+    p.add_argument("--mfu", type=_fraction, help="dry run: the share of --device-peak "
+                   "sustained (default 0.3 on a GPU, 0.5 on the CPU)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--quiet", action="store_true",
                      help="print only errors, warnings and where the results are")
@@ -255,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {sk.label}: {sk.reason}", file=sys.stderr)
         return 2
     slots = _slots(cfg.resources.num_cpus, args.cpus)
+    if not args.dry_run and _refuse_oversized(cfg, plan, args, slots):
+        return 2  # before the ledger is touched: a pure estimate
     uri = ""
     if not args.dry_run:  # the driver's checks come before the data, which can take minutes
         from pipeline.tracking import default_tracking_uri
@@ -267,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.dry_run and cfg.data.corpus.startswith("hf:"):
         # A streamed dataset is prepared at launch, not for a plan: its D is checked then.
-        print("note: data.max_epochs is checked at launch for a Hugging Face corpus")
+        console.print("note: data.max_epochs is checked at launch for a Hugging Face corpus")
         return _dry_run(cfg, plan, args, slots)
     data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
     if problem := repetition_problem(plan.specs, len(data.train), cfg.data.max_epochs,
@@ -308,17 +330,40 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _dry_run(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int) -> int:
-    estimate = None
-    if not args.no_estimate:
-        from pipeline.estimate import calibrate
+def _target(cfg: SweepConfig, args: argparse.Namespace, slots: int):
+    """The device the runs train on: measured here, or assumed (--device-peak, --mfu)."""
+    from pipeline.estimate.device import target_for
 
-        cal = calibrate(plan.specs)
-        estimate = {s.run_id: cal.seconds(s) for s in plan.specs}
-    print_plan(cfg, plan, estimate, slots)
+    res = cfg.resources
+    peak = getattr(args, "device_peak", None)
+    return target_for(res.num_gpus, res.num_cpus, slots, res.device_memory_gb,
+                      None if peak is None else peak * 1e12, getattr(args, "mfu", None))
+
+
+def _dry_run(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int) -> int:
+    from pipeline.estimate.plan import estimate_plan, too_big
+
+    est = estimate_plan(plan.specs, _target(cfg, args, slots), measure=not args.no_estimate)
+    print_plan(cfg, plan, est.seconds, slots, est)
+    refused = too_big(plan.specs, est, args.sweep_file)
+    for message in refused:
+        print(f"error: {message}", file=sys.stderr)
     if json_mode():
-        print(json.dumps(sweep_json(cfg.name, "", "", plan, {}, None), indent=2))
-    return 0
+        print(json.dumps(sweep_json(cfg.name, "", "", plan, {}, None, est), indent=2))
+    return 2 if refused else 0
+
+
+def _refuse_oversized(cfg: SweepConfig, plan: Plan, args: argparse.Namespace,
+                      slots: int) -> bool:
+    """Before Ray starts: print why each run that cannot fit its device's memory is refused;
+    True if any is."""
+    from pipeline.estimate.plan import estimate_plan, too_big
+
+    est = estimate_plan(plan.specs, _target(cfg, args, slots), measure=False)
+    refused = too_big(plan.specs, est, args.sweep_file)
+    for message in refused:
+        print(f"error: {message}", file=sys.stderr)
+    return bool(refused)
 
 
 def _refuse_repetition(h_plan: Plan, cfg: SweepConfig, train_tokens: int, sweep_file: str,
@@ -368,13 +413,18 @@ def _report(name: str, uri: str, sweep_file: str) -> str | None:
 
 
 def sweep_json(name: str, uri: str, page: str, plan: Plan, results: dict[str, dict],
-               report: str | None) -> dict:
-    """The --json object: the sweep, where to look, and every planned run's outcome."""
+               report: str | None, est=None) -> dict:
+    """The --json object: the sweep, where to look, and every planned run's outcome (of a dry
+    run: its estimated seconds and peak memory instead)."""
     runs = []
     for s in plan.specs:
         out = results.get(s.run_id, {})
         loss = out.get("final_val_loss")
-        runs.append({"run_id": s.run_id, "budget": s.budget, "role": s.role,
+        if est is not None:
+            out = {"est_seconds": est.seconds.get(s.run_id) if est.seconds else None,
+                   "peak_memory_bytes": est.memory[s.run_id].total,
+                   "micro_batch_size": s.exec.micro_batch_size or s.train.batch_size}
+        runs.append({**({} if est is None else out), "run_id": s.run_id, "budget": s.budget, "role": s.role,
                      "family": s.model.family, "n_layer": s.model.n_layer,
                      "d_model": s.model.d_model, "N": flops.params_total(s.model),
                      "D": s.tokens, "status": out.get("status"),

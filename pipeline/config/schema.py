@@ -78,12 +78,28 @@ class SweepConfig(Strict):
             if seed in self.train.seeds:
                 problems.append((("isoflop", "holdout", "seeds", i), "is already one of "
                                  f"train.seeds {self.train.seeds}", seed))
+        problems += self._micro_batch_problems()
         runs, how = self._plan_size()
         if not problems and runs > MAX_RUNS:
             problems.append(((self.kind,), f"plans {how} = {runs:,} runs; at most {MAX_RUNS:,}",
                              _NO_VALUE))
         _raise_if(problems)
         return self
+
+    def _micro_batch_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        """A fixed micro_batch_size must divide every batch the sweep can use."""
+        micro = self.resources.micro_batch_size
+        if not isinstance(micro, int):
+            return []
+        loc = ("resources", "micro_batch_size")
+        if self.train.batch_rule_steps is not None:
+            if micro & (micro - 1):
+                return [(loc, "must be a power of two with train.batch_rule_steps (its "
+                         "batches are powers of two)", micro)]
+            return []
+        batches = {r.batch_size for r in self.train.recipes()}
+        return [(loc, f"does not divide train.batch_size={b} (gradients are accumulated over "
+                 "whole micro-batches)", micro) for b in sorted(batches) if b % micro]
 
     def _shape_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
         """Depths beyond shape.max_depth and d_model values that head_dim does not divide."""

@@ -263,6 +263,23 @@ class ResourcesSection(Strict):
     """Ray retries of a run whose worker process or node died."""
     checkpoint_interval: Annotated[int, Field(ge=0)] = 0
     """Checkpoint every this many steps (0: at every evaluation)."""
+    device_memory_gb: Annotated[float, Field(gt=0, le=100_000)] | None = None
+    """Memory of the device one run trains on, GiB (a GPU's memory with num_gpus > 0, RAM
+    per run otherwise). The plan refuses, before anything starts, runs whose estimated peak
+    (pipeline.estimate.memory) exceeds 90% of it. Unset: this machine's, when the runs train
+    here; unchecked (and said so) for a GPU sweep planned without a GPU."""
+    micro_batch_size: PosInt | Literal["auto"] | None = None
+    """Sequences per forward/backward pass, a divisor of every run's batch: gradients are
+    accumulated over batch / micro_batch_size passes (same update, less activation memory).
+    "auto": per run, the batch halved until the estimated peak fits device_memory_gb
+    (required with auto). Unset: the whole batch. Not part of run_id."""
+
+    @model_validator(mode="after")
+    def _auto_needs_memory(self) -> ResourcesSection:
+        if self.micro_batch_size == "auto" and self.device_memory_gb is None:
+            raise ValueError("micro_batch_size: auto needs device_memory_gb (the memory the "
+                             "micro-batch must fit)")
+        return self
 
 
 class ShapeOverride(Strict):

@@ -36,11 +36,13 @@ def trained_flops(spec: RunSpec) -> float:
 
 
 def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
-               slots: int) -> None:
+               slots: int, est=None) -> None:
+    """The plan's table; est (pipeline.estimate.plan.PlanEstimate) adds each run's peak
+    memory and says how its times were obtained."""
     table = Table(title=f"sweep {cfg.name!r}: {len(plan.specs)} runs ({cfg.kind}, "
                         f"{cfg.family}, C under {cfg.flops_convention!r})")
     for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb", "tokens D",
-                "D/N", "steps", "FLOPs (exact)", "est. time", "notes"):
+                "D/N", "steps", "FLOPs (exact)", "est. time", "peak mem", "notes"):
         table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
     total_flops = total_time = trained_total = 0.0
     for s in plan.specs:
@@ -49,8 +51,8 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
         trained = trained_flops(s)
         total_flops += c
         trained_total += trained
-        est = estimate.get(s.run_id, math.nan) if estimate else math.nan
-        total_time += est * trained / c
+        est_s = estimate.get(s.run_id, math.nan) if estimate else math.nan
+        total_time += est_s * trained / c
         notes = [f"seed {s.train.seed}"] if s.train.seed else []
         if len(cfg.train.schedule_list()) > 1:
             notes.append(s.train.schedule)
@@ -62,11 +64,15 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
             notes.append(s.role)
         if s.exec.branch_from:
             notes.append(f"from {s.exec.branch_from[:6]} at step {s.exec.branch_step}")
+        if s.exec.micro_batch_size:
+            notes.append(f"{s.train.batch_size // s.exec.micro_batch_size} passes of "
+                         f"{s.exec.micro_batch_size}")
+        memory = "-" if est is None else _bytes(est.memory[s.run_id].total)
         table.add_row(
             s.run_id, fmt(s.budget) if s.budget else "-",
             f"{m.n_layer}/{m.d_model}/{m.n_heads}/{m.n_kv_heads}", f"{n:,}",
             f"{flops.params_non_embedding(m):,}", f"{s.tokens:,}", f"{s.tokens / n:.1f}",
-            str(s.steps), fmt(c), dur(est * trained / c), ", ".join(notes),
+            str(s.steps), fmt(c), dur(est_s * trained / c), memory, ", ".join(notes),
         )
     console.print(table)
     for sk in plan.skipped:
@@ -77,13 +83,25 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
                  f"trunk: {1 - trained_total / total_flops:.0%} saved)")
     if estimate:
         line += (f", {dur(total_time)} of run time, about {dur(total_time / slots)} wall "
-                 f"with {slots} run(s) at a time (calibrated on this machine)")
+                 f"with {slots} run(s) at a time")
     console.print(line)
+    if est is not None:
+        t = est.target
+        where = (f"checked against {_bytes(t.memory)} ({t.memory_source}; a run fits under "
+                 "90%)" if t.memory is not None else "not checked: no "
+                 "resources.device_memory_gb and the runs' device is not here")
+        console.print(f"estimates: {est.how}. Peak memory of a training step (weights, "
+                      "gradients, AdamW, activations, logits at the run's micro-batch and "
+                      f"precision): {where}", soft_wrap=True)
     holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if holdout is not None and all(s.role == keys.ROLE_MAIN for s in plan.specs):
         console.print(f"then held-out budget(s) {', '.join(fmt(b) for b in holdout.budgets)}: "
                       f"{holdout.count} size(s) each at the N_opt that Approach 2 predicts from "
                       "the runs above, planned once they are done")
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 @dataclass

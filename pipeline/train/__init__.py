@@ -111,7 +111,8 @@ def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) 
     return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=True)
 
 
-def _autocast(spec: RunSpec, device: torch.device):
+def autocast_for(spec: RunSpec, device: torch.device):
+    """bf16 autocast when the recipe asks for it, or for precision auto on a CUDA device."""
     use_bf16 = spec.train.precision == "bf16" or (
         spec.train.precision == "auto" and device.type == "cuda"
     )
@@ -124,11 +125,23 @@ def evaluate(model: Transformer, batches, spec: RunSpec, device: torch.device) -
     model.eval()
     total = torch.zeros((), device=device)
     for x, y in batches:
-        with _autocast(spec, device):
-            _, loss = model(x, y)
-        total += loss.float()
+        for xs, ys, share in micro_batches(x, y, spec):
+            with autocast_for(spec, device):
+                _, loss = model(xs, ys)
+            total += loss.float() * share
     model.train()
     return (total / len(batches)).item()
+
+
+def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec):
+    """(x, y, share) per forward/backward pass: the whole batch, or exec.micro_batch_size
+    rows at a time with share = rows / batch, so that the shares' weighted mean of the
+    passes' mean losses is the batch's mean loss (equal-length sequences)."""
+    micro = spec.exec.micro_batch_size or len(x)
+    if micro >= len(x):
+        return [(x, y, 1.0)]
+    return [(xs, ys, len(xs) / len(x)) for xs, ys in
+            zip(x.split(micro), y.split(micro), strict=True)]
 
 
 def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:
@@ -248,9 +261,18 @@ def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor
         group["lr"] = lr
     x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device,
                      sampling=t.sampling)
-    with _autocast(spec, run.device):
-        _, loss = model(x, y)
-    loss.backward()
+    passes = micro_batches(x, y, spec)
+    if len(passes) == 1:
+        with autocast_for(spec, run.device):
+            _, loss = model(x, y)
+        loss.backward()
+    else:  # gradient accumulation: the batch's mean loss, a pass at a time
+        loss = torch.zeros((), device=run.device)
+        for xs, ys, share in passes:
+            with autocast_for(spec, run.device):
+                _, part = model(xs, ys)
+            (part * share).backward()
+            loss += part.detach().float() * share
     if t.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip, foreach=True)
     optimizer.step()

@@ -1,4 +1,5 @@
-"""Time estimates for a plan, from a throughput calibration measured on this machine.
+"""Time estimates for a plan, from a throughput calibration measured on this machine
+(pipeline.estimate.plan decides when: only for shapes this machine can afford).
 
 How: for up to three shapes of the plan (smallest, middle, largest by FLOPs per step), build
 the model, run 2 warm-up steps and then `steps` timed optimizer steps (forward, backward,
@@ -21,7 +22,7 @@ import torch
 from pipeline import flops
 from pipeline.model import Transformer
 from pipeline.spec import RunSpec
-from pipeline.train import make_optimizer
+from pipeline.train import autocast_for, make_optimizer
 
 
 @dataclass(frozen=True)
@@ -55,35 +56,48 @@ def _interp(x: float, xs: list[float], ys: list[float]) -> float:
     return float(math.exp(np.interp(lx, lxs, lys)))
 
 
-def calibrate(specs: list[RunSpec], steps: int = 5) -> Calibration:
-    """Measure seconds per step for up to three representative shapes of the plan."""
+def calibrate(specs: list[RunSpec], steps: int = 5, device: str = "cpu") -> Calibration:
+    """Measure seconds per step for up to three representative shapes of the plan, on the
+    CPU or (device "cuda") this machine's GPU, at each run's micro-batch and precision."""
     by_cost = sorted({s.model: s for s in specs}.values(),
                      key=lambda s: flops.flops_per_token(s.model, "exact"))
     picks = [by_cost[0], by_cost[len(by_cost) // 2], by_cost[-1]]
     picks = list({p.model: p for p in picks}.values())
     fps, sps = [], []
+    dev = torch.device(device)
     old_threads = torch.get_num_threads()
     try:
         for spec in picks:
             torch.set_num_threads(spec.exec.threads)
             torch.manual_seed(0)
-            model = Transformer(spec.model)
-            opt = make_optimizer(model, spec, torch.device("cpu"))
+            model = Transformer(spec.model).to(dev)
+            opt = make_optimizer(model, spec, dev)
             B, T = spec.train.batch_size, spec.model.seq_len
-            x = torch.randint(0, spec.model.vocab_size, (B, T))
+            micro = spec.exec.micro_batch_size or B
+            x = torch.randint(0, spec.model.vocab_size, (micro, T), device=dev)
             for i in range(steps + 2):
                 if i == 2:
+                    _sync(dev)
                     t0 = time.perf_counter()
-                _, loss = model(x, x)
-                loss.backward()
+                for _ in range(B // micro):  # gradient accumulation, as the trainer does
+                    with autocast_for(spec, dev):
+                        _, loss = model(x, x)
+                    loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+            _sync(dev)
             sps.append((time.perf_counter() - t0) / steps)
             fps.append(flops.flops_per_token(spec.model, "exact") * B * T)
+            del model, opt, x
     finally:
         torch.set_num_threads(old_threads)
     order = np.argsort(fps)
     return Calibration([fps[i] for i in order], [sps[i] for i in order])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def parallel_slots(num_cpus_per_run: int, cpus: int | None = None) -> int:

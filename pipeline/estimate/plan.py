@@ -1,0 +1,110 @@
+"""A plan's estimates: every run's time and peak memory on the device it will train on, and
+the runs that cannot fit it (refused before Ray starts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline import flops
+from pipeline.estimate.device import CPU_MFU, CPU_PEAK_FLOPS_PER_THREAD, Target, ram_bytes
+from pipeline.estimate.memory import GIB, HEADROOM, MemoryEstimate, training_memory
+from pipeline.spec import RunSpec
+
+# Calibration builds a model and times real steps: only shapes this machine affords, a
+# quarter of its RAM and ~20 s a step at its ~100 GFLOP/s per core (DEVELOPERS.md). Dearer
+# shapes are extrapolated from the measured ones in log-log (calibration._interp).
+AFFORDABLE_RAM_SHARE = 0.25
+AFFORDABLE_STEP_FLOPS = 2e12
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    seconds: dict[str, float] | None  # run_id -> wall seconds of the run; None: not estimated
+    memory: dict[str, MemoryEstimate]  # run_id -> peak of a training step
+    target: Target
+    how: str  # how the times were obtained, for the plan's footer
+
+
+def uses_bf16(spec: RunSpec, kind: str) -> bool:
+    """The trainer's rule (train._autocast): bf16 when asked, or auto on a CUDA device."""
+    p = spec.train.precision
+    return p == "bf16" or (p == "auto" and kind == "cuda")
+
+
+def run_memory(spec: RunSpec, kind: str) -> MemoryEstimate:
+    micro = spec.exec.micro_batch_size or spec.train.batch_size
+    return training_memory(spec.model, micro, uses_bf16(spec, kind))
+
+
+def step_flops(spec: RunSpec) -> float:
+    return flops.flops_per_token(spec.model, "exact") * spec.train.batch_size * spec.model.seq_len
+
+
+def assumed_seconds(spec: RunSpec, flops_per_s: float) -> float:
+    """Training FLOPs plus the evaluations' forward passes (1/3 of a training token's FLOPs
+    each), over a sustained throughput (FLOP/s)."""
+    per_token = flops.flops_per_token(spec.model, "exact")
+    t = spec.train
+    n_evals = spec.steps // t.resolved_eval_interval(spec.steps) + 1
+    eval_tokens = n_evals * t.eval_batches * t.batch_size * spec.model.seq_len
+    return (per_token * spec.tokens + per_token / 3 * eval_tokens) / flops_per_s
+
+
+def estimate_plan(specs: list[RunSpec], target: Target, measure: bool = True) -> PlanEstimate:
+    """Memory of every run, and (measure=True) its time: measured on this machine where the
+    target is here and the shapes affordable, else assumed (target.assumption)."""
+    memory = {s.run_id: run_memory(s, target.kind) for s in specs}
+    if not measure:
+        return PlanEstimate(None, memory, target, "no time estimate (--no-estimate)")
+    if not target.measured:
+        return PlanEstimate({s.run_id: assumed_seconds(s, target.flops_per_s) for s in specs},
+                            memory, target, target.assumption)
+    budget = (HEADROOM * target.memory if target.kind == "cuda" and target.memory
+              else AFFORDABLE_RAM_SHARE * ram_bytes())
+    affordable = [s for s in specs if memory[s.run_id].total <= budget
+                  and (target.kind == "cuda" or step_flops(s) <= AFFORDABLE_STEP_FLOPS)]
+    if not affordable:
+        threads = max(s.exec.threads for s in specs)
+        rate = CPU_PEAK_FLOPS_PER_THREAD * threads * CPU_MFU
+        return PlanEstimate(
+            {s.run_id: assumed_seconds(s, rate) for s in specs}, memory, target,
+            f"time = exact FLOPs / ({rate / 1e9:.3g} GFLOP/s: {threads} thread(s) x "
+            f"{CPU_PEAK_FLOPS_PER_THREAD / 1e9:.0f} GFLOP/s x MFU {CPU_MFU:g}, assumed): no "
+            "shape of the plan is cheap enough to time here")
+    from pipeline.estimate.calibration import calibrate
+
+    cal = calibrate(affordable, device=target.kind)
+    how = target.assumption
+    if len(affordable) < len(specs):
+        how += (f"; {len(specs) - len(affordable)} run(s) too large to build here "
+                "extrapolated from the measured shapes")
+    return PlanEstimate({s.run_id: cal.seconds(s) for s in specs}, memory, target, how)
+
+
+def too_big(specs: list[RunSpec], est: PlanEstimate, where: str) -> list[str]:
+    """One message per run whose estimated peak exceeds HEADROOM x the target's memory."""
+    if est.target.memory is None:
+        return []
+    limit = HEADROOM * est.target.memory
+    out = []
+    for s in specs:
+        m = est.memory[s.run_id]
+        if m.total > limit:
+            micro = s.exec.micro_batch_size or s.train.batch_size
+            out.append(
+                f"{where}: run {s.run_id} (L{s.model.n_layer} d{s.model.d_model}, "
+                f"N={flops.params_total(s.model):,}, {micro} x {s.model.seq_len} tokens a "
+                f"pass) needs ~{_size(m.total)} at its peak (weights, gradients and "
+                f"AdamW {(m.weights + m.gradients + m.optimizer) / GIB:.1f}, activations "
+                f"{m.activations / GIB:.1f}, logits {m.logits / GIB:.1f}), more than "
+                f"{HEADROOM:.0%} of the {_size(est.target.memory)} of its device "
+                f"({est.target.memory_source}); set resources.micro_batch_size (or auto, with "
+                "resources.device_memory_gb) to accumulate gradients over smaller passes")
+    return out
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", 2**20)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n / 2**10:.1f} KiB"

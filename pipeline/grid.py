@@ -70,6 +70,26 @@ def _rule(cfg: SweepConfig) -> ShapeRule:
                      max_width=s.max_width)
 
 
+def group_problem(cfg: SweepConfig, m: ModelConfig) -> str | None:
+    """Why a LLaMA shape is not of the sweep's family: GQA is a fixed group size, n_heads /
+    n_kv_heads = shape.gqa_ratio at every size. A head count the ratio does not divide would
+    take another group (families.kv_heads_for falls back to a divisor: 17 heads -> 1 KV head,
+    a ratio of 17), so that shape is left out of the sweep, with this reason."""
+    ratio = cfg.shape.gqa_ratio
+    if cfg.family != "llama" or m.n_heads == m.n_kv_heads * ratio:
+        return None
+    return (f"n_heads={m.n_heads} is not a multiple of shape.gqa_ratio={ratio} (GQA groups of "
+            f"{ratio} query heads per KV head at every size)")
+
+
+def _one_family(cfg: SweepConfig, out: list[ModelConfig], m: ModelConfig, label: str,
+                skipped: list[Skipped]) -> None:
+    if problem := group_problem(cfg, m):
+        skipped.append(Skipped(label, problem))
+    else:
+        out.append(m)
+
+
 def _shapes(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float | None,
             skipped: list[Skipped]) -> list[ModelConfig]:
     """The model shapes of one budget (or of the grid), in increasing size, deduplicated."""
@@ -78,24 +98,30 @@ def _shapes(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float | N
     if sizes.depths is not None:
         for depth in sizes.depths:
             try:
-                out.append(shape_for_depth(cfg.family, depth, rule, vocab_size=vocab, seq_len=T))
+                m = shape_for_depth(cfg.family, depth, rule, vocab_size=vocab, seq_len=T)
             except ShapeError as e:
                 skipped.append(Skipped(f"depth {depth}", str(e)))
+            else:
+                _one_family(cfg, out, m, f"depth {depth}", skipped)
     elif sizes.widths is not None:
         for width in sizes.widths:
             try:
-                out.append(shape_for_width(cfg.family, width, rule, vocab_size=vocab, seq_len=T))
+                m = shape_for_width(cfg.family, width, rule, vocab_size=vocab, seq_len=T)
             except ShapeError as e:
                 skipped.append(Skipped(f"width {width}", str(e)))
+            else:
+                _one_family(cfg, out, m, f"width {width}", skipped)
     elif sizes.shapes is not None:
         for s in sizes.shapes:
+            label = f"shape n_layer={s.n_layer} d_model={s.d_model}"
             try:
-                out.append(make_config(
-                    cfg.family, s.n_layer, s.d_model, vocab_size=vocab, seq_len=T,
-                    head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio,
-                    ffn_multiple=rule.ffn_multiple))
+                m = make_config(cfg.family, s.n_layer, s.d_model, vocab_size=vocab, seq_len=T,
+                                head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio,
+                                ffn_multiple=rule.ffn_multiple)
             except ShapeError as e:
-                skipped.append(Skipped(f"shape n_layer={s.n_layer} d_model={s.d_model}", str(e)))
+                skipped.append(Skipped(label, str(e)))
+            else:
+                _one_family(cfg, out, m, label, skipped)
     else:
         if budget is None or sizes.count is None:
             raise ValueError("sizes.count needs a compute budget (isoflop sweeps only)")
@@ -190,10 +216,11 @@ def _ladder(cfg: SweepConfig, rule: ShapeRule, vocab: int) -> list[ModelConfig]:
     out: list[ModelConfig] = []
     for size in range(1, top + 1):
         try:
-            out.append(shape_for_size(cfg.family, size, rule, vocab_size=vocab,
-                                      seq_len=cfg.data.seq_len))
+            m = shape_for_size(cfg.family, size, rule, vocab_size=vocab, seq_len=cfg.data.seq_len)
         except ShapeError:
             break
+        if group_problem(cfg, m) is None:  # the ladder holds the family's sizes only
+            out.append(m)
     return out
 
 
@@ -231,6 +258,9 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
                                     gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple)
             except ShapeError as e:
                 skipped.append(Skipped(f"runs[{i}]", str(e)))
+                continue
+            if problem := group_problem(cfg, m):
+                skipped.append(Skipped(f"runs[{i}]", problem))
                 continue
             cells.append(_Cell(m, r.tokens, None, seeds))
     data = data_spec_for(cfg, sweep_path)

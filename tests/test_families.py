@@ -4,6 +4,7 @@ the sweep schema, and is offered by the single-run CLI; a name outside it is ref
 
 from __future__ import annotations
 
+import textwrap
 import typing
 
 import pytest
@@ -50,3 +51,35 @@ def test_an_unregistered_family_is_refused_everywhere() -> None:
         parse_sweep(_runs_sweep("mamba"))
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--family", "mamba"])
+
+
+def test_gqa_is_one_group_size_across_a_sweep() -> None:
+    """LLaMA sizes of one sweep share n_heads / n_kv_heads = shape.gqa_ratio; a shape whose
+    head count the ratio does not divide is left out, with the reason (it would fall back to
+    another group: 17 heads -> 1 KV head)."""
+    from pathlib import Path
+
+    from pipeline.config import load_sweep
+    from pipeline.grid import expand
+
+    gpu = Path(__file__).resolve().parent.parent / "sweeps" / "chinchilla_gpu.yaml"
+    cfg = load_sweep(gpu)
+    specs = expand(cfg, gpu).specs
+    assert {s.model.n_heads // s.model.n_kv_heads for s in specs} == {cfg.shape.gqa_ratio}
+    assert all(s.model.n_heads % s.model.n_kv_heads == 0 for s in specs)
+
+    sweep = textwrap.dedent("""
+        name: gqa
+        kind: grid
+        family: llama
+        shape: {head_dim: 16, gqa_ratio: 2}
+        data: {seq_len: 32}
+        grid:
+          sizes: {shapes: [{n_layer: 1, d_model: 32}, {n_layer: 1, d_model: 48}]}
+          tokens: [20000]
+    """)
+    plan = expand(parse_sweep(sweep, "gqa.yaml"), ".", 256)
+    assert [(s.model.n_heads, s.model.n_kv_heads) for s in plan.specs] == [(2, 1)]
+    assert [(k.label, k.reason) for k in plan.skipped] == [
+        ("shape n_layer=1 d_model=48", "n_heads=3 is not a multiple of shape.gqa_ratio=2 "
+         "(GQA groups of 2 query heads per KV head at every size)")]

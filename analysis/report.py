@@ -39,6 +39,7 @@ from analysis.reporting.sections import ReportInput, build
 from analysis.runs.export import FILE_NAME as EXPORT_FILE
 from analysis.runs.export import export_name, write_export
 from analysis.schema import analysis_to_json
+from pipeline.ledger.store import folder_problem
 
 DEFAULT_BOOTSTRAP = 400
 """Fewer than `analysis.fit`'s 1000: the Approach 3 bootstrap is ~95% of a report's time
@@ -118,6 +119,8 @@ def check_target(out: Path, marker: str = "report.md", what: str = "report") -> 
     holding ``marker``) or an empty folder."""
     if out.exists() and not out.is_dir():
         raise ReportError(f"{out} exists and is not a folder")
+    if problem := folder_problem(out):  # checked before any fit: nothing is lost to it
+        raise ReportError(f"cannot write {what} to {out}: {problem}")
     if out.is_dir() and any(out.iterdir()) and not (out / marker).exists():
         raise ReportError(f"{out} is a folder that holds no {what} (no {marker}); "
                           "refusing to replace it: give an empty or new folder with --out")
@@ -130,8 +133,12 @@ def staged_folder(target: Path) -> Iterator[Path]:
     On any exception the temporary folder is removed and ``target`` is untouched. The swap
     is two renames on one file system (old aside, new in), then the old folder is removed.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    except OSError as e:  # what folder_problem cannot see (e.g. /proc, a read-only mount)
+        raise ReportError(f"cannot write to {target}: {e.strerror or e} "
+                          f"({e.filename or target.parent})") from e
     try:
         yield tmp
         tmp.chmod(0o755)

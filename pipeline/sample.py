@@ -50,9 +50,12 @@ def find_run(run_id: str, tracking_uri: str | None = None) -> tuple[RunSpec, str
     """(spec, checkpoint_dir) of the MLflow child run tagged run_id."""
     from mlflow import MlflowClient
 
+    from pipeline.ledger.store import missing_store
     from pipeline.tracking import default_tracking_uri
 
     uri = tracking_uri or default_tracking_uri()
+    if problem := missing_store(uri):  # a read: never create a store
+        raise SampleError(problem)
     client = MlflowClient(tracking_uri=uri)
     exp_ids = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(exp_ids, f"tags.{keys.TAG_RUN_ID} = '{_quote(run_id)}'")

@@ -36,6 +36,7 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunT
 
 from pipeline import keys
 from pipeline.ledger import ui
+from pipeline.ledger.store import folder_problem
 from pipeline.spec import RunSpec, flatten
 
 # MLflow's log_batch limits (per call): 1000 metrics, 100 params, 100 tags.
@@ -67,20 +68,6 @@ def _sqlite_problem(db: Path) -> str | None:
     if db.exists():
         return None if os.access(db, os.R_OK | os.W_OK) else f"{db} is not writable"
     return folder_problem(db.parent)  # MLflow creates the missing folders
-
-
-def folder_problem(folder: Path) -> str | None:
-    """Why files cannot be written under `folder` (None if they can). Creates nothing: the
-    folder, or the first of its parents that exists (the writer creates the rest), must be a
-    writable folder."""
-    folder = folder.resolve()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is a file, not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"the folder {folder} is not writable"
-    return None
 
 
 def prepare_store(uri: str, experiment: str) -> str:

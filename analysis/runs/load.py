@@ -188,9 +188,15 @@ def _name(run: object) -> str:
 def load_sweep(sweep: str, *, tracking_uri: str | None = None, flops_convention: str = "6nd",
                with_curves: bool = True, log: Log = _stderr) -> SweepData:
     """Finished runs of ``sweep`` (an MLflow experiment) with C = final/flops_<convention>."""
+    import mlflow
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    from pipeline.ledger.store import missing_store
+
+    uri = tracking_uri or mlflow.get_tracking_uri()
+    if problem := missing_store(uri):  # a read: never create a store
+        raise DataError(problem)
+    client = MlflowClient(tracking_uri=uri)
     where = f"MLflow store {client.tracking_uri}"
     experiment = client.get_experiment_by_name(sweep)
     if experiment is None:
@@ -324,8 +330,12 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
     path = Path(path)
     try:
         frame = pd.read_csv(path)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text (byte {err.object[err.start:err.start + 1]!r}"
+                        f" at offset {err.start}); a CSV of runs is text") from err
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-        raise DataError(f"{path}: cannot read as CSV ({err})") from err
+        reason = " ".join(str(err).split())  # one line (pandas' messages end in newlines)
+        raise DataError(f"{path}: cannot read as CSV ({reason})") from err
     cols = list(frame.columns)
     n_name = _pick(cols, n_col, N_ALIASES, path, "--n-col")
     d_name = _pick(cols, d_col, D_ALIASES, path, "--d-col")

@@ -1,0 +1,40 @@
+"""Reading a ledger without creating one: a read-only command (analysis.fit --sweep,
+pipeline.sample, ...) pointed at a sqlite store that does not exist must say so, not leave
+MLflow to create a fresh ~1 MB database (with its schema migrations) as a side effect."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a sqlite URI (sqlite:///relative or sqlite:////absolute), else
+    None (a tracking server, a folder store)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///"))
+
+
+def missing_store(uri: str) -> str | None:
+    """Why `uri` holds no ledger to read (None when it may): a sqlite file that is not
+    there. The message says where it looked and how to point elsewhere."""
+    db = sqlite_file(uri)
+    if db is None or db.is_file():
+        return None
+    return (f"no MLflow store at {uri} (no file {db}): run the command in the sweep's "
+            "working folder, or set MLFLOW_TRACKING_URI (or --tracking-uri) to its store")
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why files cannot be written under `folder` (None if they can). Creates nothing: the
+    folder, or the first of its parents that exists (the writer creates the rest), must be a
+    writable folder."""
+    folder = folder.resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"the folder {folder} is not writable"
+    return None

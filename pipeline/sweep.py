@@ -69,6 +69,8 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
     from pipeline.trial import run_trial
 
     ledger = Ledger(uri, cfg.name)
+    if problem := _other_tokens(ledger.trials(), plan, data.fingerprint):
+        raise SweepError(problem)  # before the sweep run is touched
     parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
                                 "runs_planned": str(len(plan.specs))})
     progress = Progress(total=len(plan.specs))
@@ -157,6 +159,24 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
         ray.shutdown()
     ledger.mark(parent, keys.STATUS_FINISHED, "FINISHED")
     return results
+
+
+def _other_tokens(existing: dict, plan: Plan, fingerprint: str) -> str | None:
+    """Runs of the ledger that trained on other tokens than this sweep's data (the default
+    corpus differs between Python versions; the run id names the data settings, not the
+    tokens): reused as finished, or resumed from their checkpoints, they would pass for
+    runs on these data. The data fingerprint (corpus + tokenizer + split) is the check."""
+    foreign = [(s.run_id, existing[s.run_id]) for s in plan.specs
+               if s.run_id in existing and existing[s.run_id].data_fingerprint
+               and existing[s.run_id].data_fingerprint != fingerprint]
+    if not foreign:
+        return None
+    run_id, rec = foreign[0]
+    return (f"{len(foreign)} run(s) of this sweep in the ledger trained on other tokens than "
+            f"its data now, e.g. run {run_id} ({rec.status}): tokens {rec.data_fingerprint[:12]}"
+            f", now {fingerprint[:12]} (the corpus, tokenizer or split differ: another Python's "
+            "standard library, an edited corpus). They are not reused: give the sweep another "
+            "name (a new experiment), or run it where the data are the ones it trained on")
 
 
 def _reconcile(ledger: Ledger, plan: Plan, parent: str, progress: Progress,
@@ -300,8 +320,12 @@ def main(argv: list[str] | None = None) -> int:
         return _dry_run(cfg, plan, args, slots)
     print_plan(cfg, plan, None, slots)
     t0 = time.monotonic()
-    results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
-                        checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
+    try:
+        results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
+                            checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
+    except SweepError as e:  # the ledger holds runs on other tokens
+        print(f"error: {args.sweep_file}: {e}", file=sys.stderr)
+        return 2
     holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if holdout is not None:
         try:
@@ -312,9 +336,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             h_plan = _refuse_repetition(h_plan, cfg, len(data.train), args.sweep_file, results)
             print_plan(cfg, h_plan, None, slots)
-            results.update(run_sweep(cfg, h_plan, data, address=args.address, uri=uri,
-                                     checkpoint_root=Path(args.checkpoint_dir).resolve(),
-                                     cpus=args.cpus))
+            try:
+                results.update(run_sweep(cfg, h_plan, data, address=args.address, uri=uri,
+                                         checkpoint_root=Path(args.checkpoint_dir).resolve(),
+                                         cpus=args.cpus))
+            except SweepError as e:
+                say(f"[red]held-out budgets not run[/]: {e}")
+                results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
             plan = Plan(plan.specs + h_plan.specs, plan.skipped + h_plan.skipped)
     summary(results, plan)
     failed = [r for r in results.values() if r.get("status") == keys.STATUS_FAILED]

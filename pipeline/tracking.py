@@ -140,6 +140,7 @@ class TrialRecord:
     status: str  # keys.STATUS_*
     attempts: int
     final_val_loss: float | None = None  # of a finished run, for the sweep's summary table
+    data_fingerprint: str = ""  # the tokens it trained on ("" before its first attempt)
 
 
 @functools.lru_cache(maxsize=1)
@@ -204,6 +205,7 @@ class Ledger:
                 status=tags.get(keys.TAG_STATUS, keys.STATUS_RUNNING),
                 attempts=int(tags.get(keys.TAG_ATTEMPTS, "0") or 0),
                 final_val_loss=run.data.metrics.get(keys.FINAL_VAL_LOSS),
+                data_fingerprint=tags.get(keys.TAG_DATA_FINGERPRINT, ""),
             )
             old = found.get(rec.run_id)
             if old is None or rec.status == keys.STATUS_FINISHED:

@@ -95,6 +95,17 @@ def test_sweep_runs_everything_then_reruns_nothing(tmp_path: Path) -> None:
     assert lines[0].startswith("sweep 'tiny': 4 runs in ")
     assert lines[1].startswith("compare them in the MLflow UI: mlflow ui --backend-store-uri")
 
+    # A run of the ledger that trained on other tokens (another Python's stdlib corpus, say)
+    # is not reused as if it had trained on these: the sweep stops and names it.
+    moved = again[0]
+    client.set_tag(moved.info.run_id, keys.TAG_DATA_FINGERPRINT, "0" * 64)
+    other = _sweep(tmp_path, sweep)
+    assert other.returncode == 2, other.stdout[-2000:]
+    assert f"run {moved.data.tags[keys.TAG_RUN_ID]} (finished): tokens 000000000000" in \
+        other.stderr
+    assert "Traceback" not in other.stderr and "finished" not in other.stdout
+    assert all(r.data.tags[keys.TAG_ATTEMPTS] == "1" for r in _trials(tmp_path, "tiny"))
+
 
 def _statuses_read_only(db: Path) -> dict[str, str]:
     """run_id -> status tag, read with plain sqlite in read-only mode.

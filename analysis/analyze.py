@@ -22,7 +22,8 @@ other N/C conventions (``analysis.checks.conventions``) and the WSD-vs-cosine pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -125,11 +126,12 @@ def analyze(
     reference_flops: float | None = None,
     n_jobs: int = 1,
     conventions: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> Analysis:
     """Fit every requested approach (default: every entry of the table of fits), bootstrap
     it, compare with the documented values and run the checks. ``bootstrap=0`` skips the
     intervals (fast); ``conventions=False`` skips the refits under other N/C conventions
-    (the slowest check)."""
+    (the slowest check). ``progress`` gets a line as each fit (with its bootstrap) is done."""
     wanted = set(FITS) if approaches is None else set(approaches)
     unknown = wanted - set(FITS)
     if unknown:
@@ -140,15 +142,19 @@ def analyze(
     sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
     with single_threaded_blas():
-        fits = fit_all(FitInput(runs, curves, ref, bootstrap, seed, n_jobs), wanted)
+        fits = fit_all(FitInput(runs, curves, ref, bootstrap, seed, n_jobs), wanted, progress)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
         verdict = judge_laws(fits, runs, selection.holdout, sigma)
         residuals = _residuals(runs, fits, sigma, with_parabolas="2" in wanted)
         refits: ConventionTable | Skipped = NOT_REQUESTED
         if conventions and wanted & {"2", "3"}:
+            t0 = time.monotonic()
             refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
                                          approaches=wanted & {"2", "3"}, n_jobs=n_jobs)
+            if progress is not None:
+                progress(f"refits under the other N and C conventions in "
+                         f"{time.monotonic() - t0:.1f} s")
     return Analysis(
         source=all_runs.source, n_runs=len(all_runs), excluded=all_runs.excluded,
         conventions={"N": runs.n_convention, "C": runs.c_convention,
@@ -165,10 +171,23 @@ def analyze(
     )
 
 
-def fit_all(inp: FitInput, wanted: set[str]) -> dict[str, Estimate | Skipped]:
-    """Every entry of the table of fits, in table order; those not wanted are Skipped."""
-    return {name: spec.run(inp) if name in wanted else NOT_REQUESTED
-            for name, spec in FITS.items()}
+def fit_all(inp: FitInput, wanted: set[str],
+            progress: Callable[[str], None] | None = None) -> dict[str, Estimate | Skipped]:
+    """Every entry of the table of fits, in table order; those not wanted are Skipped.
+    ``progress`` gets "fit i/n NAME ... in s" as each is done (a bootstrap can take a while)."""
+    out: dict[str, Estimate | Skipped] = {}
+    todo = [name for name in FITS if name in wanted]
+    for name, spec in FITS.items():
+        if name not in wanted:
+            out[name] = NOT_REQUESTED
+            continue
+        t0 = time.monotonic()
+        out[name] = spec.run(inp)
+        if progress is not None:
+            label = f"Approach {name}" if name.isdigit() else name
+            progress(f"fit {todo.index(name) + 1}/{len(todo)} {label} with {inp.n_resamples} "
+                     f"resamples in {time.monotonic() - t0:.1f} s")
+    return out
 
 
 def compare_documented(fits: Mapping[str, Estimate | Skipped], ref: float,

@@ -182,7 +182,7 @@ def write_report(args: argparse.Namespace) -> Path:
                 if args.sweep else None)
         t0, cpu0 = time.monotonic(), time.process_time()
         result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
-                         n_jobs=args.jobs)
+                         n_jobs=args.jobs, progress=lambda line: _log(f"report: {line}"))
         _log(f"report: fits with {args.bootstrap} bootstrap resamples in "
              f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
         with staged_folder(out) as tmp:

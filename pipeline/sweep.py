@@ -406,7 +406,9 @@ def _refuse_repetition(h_plan: Plan, cfg: SweepConfig, train_tokens: int, sweep_
 
 
 def _data_for(cfg: SweepConfig, sweep_file: str, load_data):
-    return load_data(data_spec_for(cfg, sweep_file))
+    """The sweep's tokens, built once here (a first build of a corpus says what it does)."""
+    return load_data(data_spec_for(cfg, sweep_file),
+                     progress=lambda line: console.print(f"data: {line}"))
 
 
 def _report(name: str, uri: str, sweep_file: str) -> str | None:

@@ -253,6 +253,8 @@ def _chunks(docs: Sequence[Document]) -> Iterator[list[str]]:
         yield batch
 
 
-def load_data(d: DataSpec, cache_dir: str | None = None) -> TokenData:
-    """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped)."""
-    return prepare_data(DataConfig(**asdict(d), cache_dir=cache_dir))
+def load_data(d: DataSpec, cache_dir: str | None = None,
+              progress: Progress | None = None) -> TokenData:
+    """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped);
+    ``progress`` gets a line per step of a build (reading, tokenizer, writing)."""
+    return prepare_data(DataConfig(**asdict(d), cache_dir=cache_dir), progress)

@@ -5,7 +5,8 @@
   3. build the token cache once, here, so workers only read it
   4. MLflow ledger: create the store (once, here), the parent run, and a child run per spec;
      finished and diverged runs are skipped, failed ones retried, interrupted ones resumed
-     from their last checkpoint
+     from their last checkpoint; a run is trained only under its lease, so two drivers of
+     one sweep train each run once (pipeline.driver.runner, pipeline.ledger.lease)
   5. one Ray task per run (Ray Core, not Tune: we need no search algorithm or scheduler, and
      a task per RunSpec keeps the ledger, retries and resume in our hands; Tune's experiment
      state is what made restoring failed sweeps fragile for users)
@@ -21,217 +22,24 @@ import json
 import os
 import sys
 import time
-from collections import defaultdict
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
-from pipeline.data import TokenData
 from pipeline.data.repetition import repetition_problem
+from pipeline.driver.runner import run_sweep, slots_here
 from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.holdout import HoldoutError, holdout_plan
-from pipeline.preflight import driver_problem, warn_loopback_uri
-from pipeline.spec import RunSpec, branch_folder
+from pipeline.preflight import driver_problem
 from pipeline.terminal import chatty, configure, console, json_mode, say
-from pipeline.terminal.tables import Progress, dur, print_plan, report_one, summary, trained_flops
+from pipeline.terminal.tables import dur, print_plan, summary
 
 if TYPE_CHECKING:
-    from pipeline.tracking import Ledger
+    pass
 
 # Plain logs (CI, files) get wide lines instead of rich's 80-column default.
-
-
-def _init_ray(address: str | None, cpus: int | None) -> None:
-    import ray
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reporting
-    if address:
-        ray.init(address=address, log_to_driver=chatty())
-        return
-    # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths: Ray's
-    # unix sockets must fit in 107 characters).
-    tmp = os.environ.get("RAY_TMPDIR")
-    ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
-             _temp_dir=tmp or None, log_to_driver=chatty(),
-             runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
-
-
-def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | None, uri: str,
-              checkpoint_root: Path, cpus: int | None = None) -> dict[str, dict]:
-    """Launch every unfinished run of the plan on Ray; return results by run_id."""
-    import ray
-
-    from pipeline.tracking import Ledger
-    from pipeline.trial import run_trial
-
-    ledger = Ledger(uri, cfg.name)
-    if problem := _other_tokens(ledger.trials(), plan, data.fingerprint):
-        raise SweepError(problem)  # before the sweep run is touched
-    parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
-                                "runs_planned": str(len(plan.specs))})
-    progress = Progress(total=len(plan.specs))
-    results: dict[str, dict] = {}
-    todo = _reconcile(ledger, plan, parent, progress, results)
-    progress.total = len(todo)
-    if progress.skipped:
-        console.print(f"{progress.skipped} run(s) already finished or diverged in the ledger: "
-                      "not trained again")
-    if not todo:
-        console.print("nothing to train: every run of this sweep is already in the ledger")
-        ledger.mark(parent, "finished", "FINISHED")
-        return results
-
-    progress.flops_left = sum(trained_flops(s) for s, _ in todo)
-    _init_ray(address, cpus)
-    res = cfg.resources
-    # Device placement follows what Ray assigned: with num_gpus > 0 Ray sets
-    # CUDA_VISIBLE_DEVICES to the task's GPU(s), so device "auto" is cuda:0 of the task; with
-    # num_gpus 0 it leaves the variable alone (Ray 2.60), and "auto" would take a GPU that Ray
-    # gave to another task: hide CUDA devices from the run instead.
-    hide_gpus = {} if res.num_gpus > 0 else {"runtime_env": {"env_vars": {
-        "CUDA_VISIBLE_DEVICES": ""}}}
-    task = ray.remote(run_trial).options(
-        num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=res.max_retries,
-        retry_exceptions=False, **hide_gpus,
-    )
-    slots = _slots(res.num_cpus, cpus)
-    shipped: tuple = ()
-    if address:
-        slots = _cluster_slots(res.num_cpus, res.num_gpus)
-        warn_loopback_uri(uri)
-        # Cluster: put the tokens in the object store once; every node reads them zero-copy.
-        meta = {k: getattr(data, k) for k in ("vocab_size", "fingerprint", "corpus_fingerprint",
-                                              "train_bytes", "val_bytes", "tokenizer_config",
-                                              "n_train_docs", "n_val_docs")}
-        shipped = (meta, ray.put(np.asarray(data.train)), ray.put(np.asarray(data.val)))
-    pending = {}
-
-    def submit(spec: RunSpec, mlflow_run_id: str) -> None:
-        ckpt = str(checkpoint_root / cfg.name / spec.run_id)
-        branch_dir = None
-        if spec.exec.branch_from:
-            branch_dir = str(branch_folder(checkpoint_root / cfg.name / spec.exec.branch_from,
-                                           spec.exec.branch_step))
-        ref = task.remote(spec.to_dict(), uri, mlflow_run_id, ckpt, data.fingerprint, *shipped,
-                          branch_dir=branch_dir)
-        pending[ref] = (spec, mlflow_run_id)
-
-    # WSD branches wait for their trunk (the state they start from is saved as it trains);
-    # a branch whose trunk is already in the ledger starts at once.
-    in_todo = {spec.run_id for spec, _ in todo}
-    waiting: dict[str, list[tuple[RunSpec, str]]] = defaultdict(list)
-    for spec, mlflow_run_id in todo:
-        if spec.exec.branch_from in in_todo:
-            waiting[spec.exec.branch_from].append((spec, mlflow_run_id))
-        else:
-            submit(spec, mlflow_run_id)
-    by_budget: dict[str, list[float]] = defaultdict(list)
-    last_line = 0.0
-    try:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=2.0)
-            progress.running = min(len(pending), slots)
-            for ref in ready:
-                spec, mlflow_run_id = pending.pop(ref)
-                progress.flops_left -= trained_flops(spec)
-                try:
-                    out = ray.get(ref)
-                except (ray.exceptions.RayError, Exception) as e:  # noqa: BLE001
-                    # The worker died more often than max_retries allows (or Ray failed).
-                    out = {"run_id": spec.run_id, "status": keys.STATUS_FAILED,
-                           "error": f"{type(e).__name__}: {str(e)[:300]}"}
-                    ledger.mark(mlflow_run_id, keys.STATUS_FAILED, "FAILED")
-                results[spec.run_id] = out
-                report_one(spec, out, progress, by_budget)
-                for branch in waiting.pop(spec.run_id, []):
-                    submit(*branch)  # whatever the trunk's outcome: see train._branch_state
-            if time.monotonic() - last_line > 30 or ready:
-                console.print(progress.line())
-                last_line = time.monotonic()
-    except KeyboardInterrupt:
-        _mark_killed(ledger, parent, pending, waiting)
-        raise
-    finally:
-        ray.shutdown()
-    ledger.mark(parent, keys.STATUS_FINISHED, "FINISHED")
-    return results
-
-
-def _other_tokens(existing: dict, plan: Plan, fingerprint: str) -> str | None:
-    """Runs of the ledger that trained on other tokens than this sweep's data (the default
-    corpus differs between Python versions; the run id names the data settings, not the
-    tokens): reused as finished, or resumed from their checkpoints, they would pass for
-    runs on these data. The data fingerprint (corpus + tokenizer + split) is the check."""
-    foreign = [(s.run_id, existing[s.run_id]) for s in plan.specs
-               if s.run_id in existing and existing[s.run_id].data_fingerprint
-               and existing[s.run_id].data_fingerprint != fingerprint]
-    if not foreign:
-        return None
-    run_id, rec = foreign[0]
-    return (f"{len(foreign)} run(s) of this sweep in the ledger trained on other tokens than "
-            f"its data now, e.g. run {run_id} ({rec.status}): tokens {rec.data_fingerprint[:12]}"
-            f", now {fingerprint[:12]} (the corpus, tokenizer or split differ: another Python's "
-            "standard library, an edited corpus). They are not reused: give the sweep another "
-            "name (a new experiment), or run it where the data are the ones it trained on")
-
-
-def _reconcile(ledger: Ledger, plan: Plan, parent: str, progress: Progress,
-               results: dict[str, dict]) -> list[tuple[RunSpec, str]]:
-    """The ledger reconciliation: which planned runs still need training, with their MLflow
-    run. Finished and diverged runs are skipped (recorded in results), new ones get a child
-    run, failed, killed and interrupted ones are trained again (resuming from a checkpoint)."""
-    existing = ledger.trials()
-    todo: list[tuple[RunSpec, str]] = []
-    for spec in plan.specs:
-        rec = existing.get(spec.run_id)
-        if rec is not None and rec.status in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
-            progress.skipped += 1
-            results[spec.run_id] = {"run_id": spec.run_id, "status": rec.status, "skipped": True,
-                                    "final_val_loss": rec.final_val_loss}
-            continue
-        if rec is None:
-            rec = ledger.create_trial(spec, parent)
-        elif rec.status != "queued":
-            console.print(f"{spec.run_id}: was {rec.status} after {rec.attempts} attempt(s); "
-                          "resuming from its last checkpoint")
-        todo.append((spec, rec.mlflow_run_id))
-    return todo
-
-
-def _mark_killed(ledger: Ledger, parent: str, pending: dict,
-                 waiting: dict[str, list[tuple[RunSpec, str]]]) -> None:
-    """Ctrl-C: cancel the runs in flight; they and the branches waiting for a trunk are
-    marked killed, and resume from their checkpoints on the next invocation."""
-    import ray
-
-    say("[yellow]interrupted[/]: cancelling runs in flight; they are marked "
-                  "killed and resume from their checkpoints on the next invocation")
-    for ref, (_spec, mlflow_run_id) in pending.items():
-        ray.cancel(ref, force=True)
-        ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
-    for branches in waiting.values():
-        for _spec, mlflow_run_id in branches:
-            ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
-    ledger.mark(parent, keys.STATUS_KILLED, "KILLED")
-
-
-def _slots(num_cpus: int, cpus: int | None) -> int:
-    return max(1, (cpus or os.cpu_count() or 1) // num_cpus)
-
-
-def _cluster_slots(num_cpus: int, num_gpus: float) -> int:
-    """Runs the connected cluster holds at a time (its CPUs and GPUs right now)."""
-    import ray
-
-    total = ray.cluster_resources()
-    slots = int(total.get("CPU", 0) // num_cpus)
-    if num_gpus > 0:
-        slots = min(slots, int(total.get("GPU", 0) // num_gpus))
-    return max(1, slots)
 
 
 def _positive(text: str) -> float:
@@ -294,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         for sk in plan.skipped:
             print(f"  {sk.label}: {sk.reason}", file=sys.stderr)
         return 2
-    slots = _slots(cfg.resources.num_cpus, args.cpus)
+    slots = slots_here(cfg.resources.num_cpus, args.cpus)
     if not args.dry_run and _refuse_oversized(cfg, plan, args, slots):
         return 2  # before the ledger is touched: a pure estimate
     uri = ""
@@ -326,24 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as e:  # the ledger holds runs on other tokens
         print(f"error: {args.sweep_file}: {e}", file=sys.stderr)
         return 2
-    holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
-    if holdout is not None:
-        try:
-            h_plan = holdout_plan(cfg, args.sweep_file, vocab, uri, plan)
-        except HoldoutError as e:
-            say(f"[red]held-out budgets not run[/]: {e}")
-            results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
-        else:
-            h_plan = _refuse_repetition(h_plan, cfg, len(data.train), args.sweep_file, results)
-            print_plan(cfg, h_plan, None, slots)
-            try:
-                results.update(run_sweep(cfg, h_plan, data, address=args.address, uri=uri,
-                                         checkpoint_root=Path(args.checkpoint_dir).resolve(),
-                                         cpus=args.cpus))
-            except SweepError as e:
-                say(f"[red]held-out budgets not run[/]: {e}")
-                results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
-            plan = Plan(plan.specs + h_plan.specs, plan.skipped + h_plan.skipped)
+    plan = _run_holdout(cfg, plan, data, args, uri, vocab, slots, results)
     summary(results, plan)
     failed = [r for r in results.values() if r.get("status") == keys.STATUS_FAILED]
     from pipeline.tracking import runs_page
@@ -356,6 +147,32 @@ def main(argv: list[str] | None = None) -> int:
     if json_mode():
         print(json.dumps(sweep_json(cfg.name, uri, page, plan, results, report), indent=2))
     return 1 if failed else 0
+
+
+def _run_holdout(cfg: SweepConfig, plan: Plan, data, args: argparse.Namespace, uri: str,
+                 vocab: int, slots: int, results: dict[str, dict]) -> Plan:
+    """The held-out budgets, once the main runs are in: planned at the optimum their fit
+    predicts, then trained; returns the whole plan (main + held-out) for the summary."""
+    holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
+    if holdout is None:
+        return plan
+    try:
+        h_plan = holdout_plan(cfg, args.sweep_file, vocab, uri, plan)
+    except HoldoutError as e:
+        say(f"[red]held-out budgets not run[/]: {e}")
+        results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
+    else:
+        h_plan = _refuse_repetition(h_plan, cfg, len(data.train), args.sweep_file, results)
+        print_plan(cfg, h_plan, None, slots)
+        try:
+            results.update(run_sweep(cfg, h_plan, data, address=args.address, uri=uri,
+                                     checkpoint_root=Path(args.checkpoint_dir).resolve(),
+                                     cpus=args.cpus))
+        except SweepError as e:
+            say(f"[red]held-out budgets not run[/]: {e}")
+            results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
+        plan = Plan(plan.specs + h_plan.specs, plan.skipped + h_plan.skipped)
+    return plan
 
 
 def _target(cfg: SweepConfig, args: argparse.Namespace, slots: int):

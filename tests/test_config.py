@@ -224,7 +224,7 @@ def test_cli_refuses_every_bad_sweep_before_ray_or_mlflow(
     def forbidden(*args: object, **kwargs: object) -> None:
         raise AssertionError("a bad sweep reached Ray")
 
-    monkeypatch.setattr(sweep_cli, "_init_ray", forbidden)
+    monkeypatch.setattr("pipeline.driver.runner.init_ray", forbidden)
     monkeypatch.setattr(sweep_cli, "run_sweep", forbidden)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ray").mkdir()

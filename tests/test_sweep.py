@@ -185,6 +185,42 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
                and r.data.tags.get(keys.TAG_RESUMED_FROM)]
     assert resumed, "no interrupted run resumed from a checkpoint"
     assert all(int(r.data.tags[keys.TAG_RESUMED_FROM]) % 100 == 0 for r in resumed)
+    # The killed driver's leases (its PID is gone) were taken over, and released at the end.
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert not client.search_registered_models()
+
+
+def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path) -> None:
+    """Two terminals, one folder (one sqlite ledger), started 2 s apart: each run is trained
+    by one of them (its lease), the other waits for it and reads its result; both exit 0
+    with the same table. Before leases every run was trained twice."""
+    text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [1e10, 2e10]")
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(text)
+    cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "1", "--no-report"]
+    drivers = []
+    for i, delay in enumerate((0, 2)):
+        time.sleep(delay)
+        env = {**_env(tmp_path), "RAY_TMPDIR": str(Path(os.environ["RAY_TMPDIR"]) / f"d{i}")}
+        drivers.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True))
+    outs = [d.communicate(timeout=400) for d in drivers]
+    for d, (out, err) in zip(drivers, outs, strict=True):
+        assert d.returncode == 0, out[-3000:] + err[-3000:]
+    runs = _trials(tmp_path, "tiny")
+    assert len(runs) == 4  # one MLflow run per run_id
+    trained = [line.split()[1] for out, _ in outs for line in out.splitlines()
+               if line.startswith("finished ")]
+    assert sorted(trained) == sorted(r.data.tags[keys.TAG_RUN_ID] for r in runs), trained
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for run in runs:
+        assert run.data.tags[keys.TAG_ATTEMPTS] == "1"
+        steps = [p.step for p in client.get_metric_history(run.info.run_id, keys.VAL_LOSS)]
+        assert len(steps) == len(set(steps)) >= 4  # one point per logged step
+        for out, _ in outs:  # both tables show every run's loss
+            assert f"{run.data.metrics[keys.FINAL_VAL_LOSS]:.4f}" in out
+    assert any("by another driver" in out for out, _ in outs)
+    assert not client.search_registered_models()  # every lease was released
 
 
 WSD = """

@@ -1,0 +1,1 @@
+"""The sweep driver's execution: running a plan on Ray under leases (runner)."""

@@ -1,0 +1,311 @@
+"""Running a plan: the ledger reconciled, leases claimed, one Ray task per run, results back.
+
+  1. the ledger: runs on other tokens stop the sweep; finished and diverged runs are results
+  2. leases (pipeline.ledger.lease): a run is trained only by the driver that holds its
+     lease; runs another live driver holds are waited for (their result is read from the
+     ledger) and taken over if that driver dies
+  3. Ray Core tasks, one per run (Ray starts only once this driver has a run to train)
+  4. Ctrl-C: runs in flight are cancelled and marked killed; they resume next time
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pipeline import keys
+from pipeline.config import SweepConfig, SweepError
+from pipeline.data import TokenData
+from pipeline.grid import Plan
+from pipeline.preflight import warn_loopback_uri
+from pipeline.spec import RunSpec, branch_folder
+from pipeline.terminal import chatty, console, say
+from pipeline.terminal.tables import Progress, report_one, trained_flops
+
+if TYPE_CHECKING:
+    from pipeline.ledger.lease import Holder, Leases
+    from pipeline.tracking import Ledger
+
+POLL_S = 5.0  # how often runs held by another driver are looked up in the ledger
+
+
+def init_ray(address: str | None, cpus: int | None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reporting
+    if address:
+        ray.init(address=address, log_to_driver=chatty())
+        return
+    # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths: Ray's
+    # unix sockets must fit in 107 characters).
+    tmp = os.environ.get("RAY_TMPDIR")
+    ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
+             _temp_dir=tmp or None, log_to_driver=chatty(),
+             runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
+
+
+def slots_here(num_cpus: int, cpus: int | None) -> int:
+    return max(1, (cpus or os.cpu_count() or 1) // num_cpus)
+
+
+def cluster_slots(num_cpus: int, num_gpus: float) -> int:
+    """Runs the connected cluster holds at a time (its CPUs and GPUs right now)."""
+    import ray
+
+    total = ray.cluster_resources()
+    slots = int(total.get("CPU", 0) // num_cpus)
+    if num_gpus > 0:
+        slots = min(slots, int(total.get("GPU", 0) // num_gpus))
+    return max(1, slots)
+
+
+def other_tokens(existing: dict, plan: Plan, fingerprint: str) -> str | None:
+    """Runs of the ledger that trained on other tokens than this sweep's data (the default
+    corpus differs between Python versions; the run id names the data settings, not the
+    tokens): reused as finished, or resumed from their checkpoints, they would pass for
+    runs on these data. The data fingerprint (corpus + tokenizer + split) is the check."""
+    foreign = [(s.run_id, existing[s.run_id]) for s in plan.specs
+               if s.run_id in existing and existing[s.run_id].data_fingerprint
+               and existing[s.run_id].data_fingerprint != fingerprint]
+    if not foreign:
+        return None
+    run_id, rec = foreign[0]
+    return (f"{len(foreign)} run(s) of this sweep in the ledger trained on other tokens than "
+            f"its data now, e.g. run {run_id} ({rec.status}): tokens {rec.data_fingerprint[:12]}"
+            f", now {fingerprint[:12]} (the corpus, tokenizer or split differ: another Python's "
+            "standard library, an edited corpus). They are not reused: give the sweep another "
+            "name (a new experiment), or run it where the data are the ones it trained on")
+
+
+def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | None, uri: str,
+              checkpoint_root: Path, cpus: int | None = None) -> dict[str, dict]:
+    """Train every unfinished run of the plan that no other driver trains; wait for those
+    another driver trains; return every run's result by run_id."""
+    from pipeline.ledger.lease import Leases
+    from pipeline.tracking import Ledger
+
+    ledger = Ledger(uri, cfg.name)
+    if problem := other_tokens(ledger.trials(), plan, data.fingerprint):
+        raise SweepError(problem)  # before the sweep run is touched
+    leases = Leases(uri, cfg.name)
+    leases.start()
+    try:
+        return _Runner(cfg, plan, data, ledger, leases, address=address, uri=uri,
+                       checkpoint_root=checkpoint_root, cpus=cpus).run()
+    finally:
+        leases.stop()  # releases whatever is still held (a killed run resumes next time)
+
+
+class _Runner:
+    """One invocation's runs: those it trains (pending on Ray, or waiting for their WSD
+    trunk) and those another driver trains (elsewhere, looked up every POLL_S)."""
+
+    def __init__(self, cfg: SweepConfig, plan: Plan, data: TokenData, ledger: Ledger,
+                 leases: Leases, *, address: str | None, uri: str, checkpoint_root: Path,
+                 cpus: int | None) -> None:
+        self.cfg, self.plan, self.data, self.ledger, self.leases = cfg, plan, data, ledger, leases
+        self.address, self.uri, self.root, self.cpus = address, uri, checkpoint_root, cpus
+        self.parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
+                                         "runs_planned": str(len(plan.specs))})
+        self.progress = Progress(total=len(plan.specs))
+        self.results: dict[str, dict] = {}
+        self.pending: dict = {}  # Ray ref -> (spec, mlflow run id)
+        self.waiting: dict[str, list[tuple[RunSpec, str]]] = defaultdict(list)
+        self.elsewhere: dict[str, RunSpec] = {}
+        self.by_budget: dict[str, list[float]] = defaultdict(list)
+        self.task = None
+        self.shipped: tuple = ()
+        self.slots = slots_here(cfg.resources.num_cpus, cpus)
+
+    # --- the ledger and the leases -------------------------------------------------------
+    def reconcile(self) -> list[tuple[RunSpec, str]]:
+        """Which planned runs this driver trains, with their MLflow run. Finished and diverged
+        runs are results; a run is claimed before it is created or resumed (failed, killed
+        and interrupted runs resume from a checkpoint); runs another driver holds wait."""
+        first = self.ledger.trials()
+        open_runs = [s for s in self.plan.specs if not self._done(s, first)]
+        held_elsewhere: dict[str, Holder] = {}
+        for spec in open_runs:
+            if (holder := self.leases.claim(spec.run_id)) is not None:
+                held_elsewhere[spec.run_id] = holder
+        existing = self.ledger.trials()  # again: a run may have finished meanwhile
+        todo = []
+        for spec in open_runs:
+            if spec.run_id in held_elsewhere:
+                self.elsewhere[spec.run_id] = spec
+                console.print(f"{spec.run_id}: trained by the driver "
+                              f"{held_elsewhere[spec.run_id].label()}; waiting for it")
+            elif self._done(spec, existing):
+                self.leases.release(spec.run_id)
+            else:
+                todo.append((spec, self._trial(spec, existing)))
+        return todo
+
+    def _done(self, spec: RunSpec, existing: dict) -> bool:
+        """Finished or diverged in the ledger: a result (recorded), never trained again."""
+        rec = existing.get(spec.run_id)
+        if rec is None or rec.status not in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
+            return False
+        if spec.run_id not in self.results:
+            self.progress.skipped += 1
+            self.results[spec.run_id] = {"run_id": spec.run_id, "status": rec.status,
+                                         "skipped": True, "final_val_loss": rec.final_val_loss}
+        return True
+
+    def _trial(self, spec: RunSpec, existing: dict) -> str:
+        rec = existing.get(spec.run_id)
+        if rec is None:
+            rec = self.ledger.create_trial(spec, self.parent)
+        elif rec.status != "queued":
+            console.print(f"{spec.run_id}: was {rec.status} after {rec.attempts} attempt(s); "
+                          "resuming from its last checkpoint")
+        return rec.mlflow_run_id
+
+    def look_elsewhere(self) -> None:
+        """Runs of other drivers: a result once the ledger has one; claimed and trained here
+        when their driver is gone (its lease expired or its process died)."""
+        existing = self.ledger.trials()
+        for run_id, spec in list(self.elsewhere.items()):
+            if self._done(spec, existing):
+                del self.elsewhere[run_id]
+                out = self.results[run_id]
+                console.print(f"{run_id}: {out['status']} by another driver")
+            elif self.leases.claim(run_id) is None:
+                del self.elsewhere[run_id]
+                if self._done(spec, self.ledger.trials()):
+                    self.leases.release(run_id)
+                    continue
+                say(f"{run_id}: its driver is gone; training it here")
+                self.progress.total += 1
+                self.progress.flops_left += trained_flops(spec)
+                self.submit(spec, self._trial(spec, self.ledger.trials()))
+
+    # --- Ray ---------------------------------------------------------------------------------
+    def start_ray(self) -> None:
+        import ray
+
+        from pipeline.trial import run_trial
+
+        res = self.cfg.resources
+        init_ray(self.address, self.cpus)
+        # Device placement follows what Ray assigned: with num_gpus > 0 Ray sets
+        # CUDA_VISIBLE_DEVICES to the task's GPU(s), so device "auto" is cuda:0 of the task;
+        # with num_gpus 0 it leaves the variable alone (Ray 2.60), and "auto" would take a GPU
+        # that Ray gave to another task: hide CUDA devices from the run instead.
+        hide_gpus = {} if res.num_gpus > 0 else {"runtime_env": {"env_vars": {
+            "CUDA_VISIBLE_DEVICES": ""}}}
+        self.task = ray.remote(run_trial).options(
+            num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=res.max_retries,
+            retry_exceptions=False, **hide_gpus)
+        if self.address:
+            self.slots = cluster_slots(res.num_cpus, res.num_gpus)
+            warn_loopback_uri(self.uri)
+            # Cluster: the tokens go to the object store once; every node reads them zero-copy.
+            meta = {k: getattr(self.data, k) for k in (
+                "vocab_size", "fingerprint", "corpus_fingerprint", "train_bytes", "val_bytes",
+                "tokenizer_config", "n_train_docs", "n_val_docs")}
+            self.shipped = (meta, ray.put(np.asarray(self.data.train)),
+                            ray.put(np.asarray(self.data.val)))
+
+    def submit(self, spec: RunSpec, mlflow_run_id: str) -> None:
+        if self.task is None:
+            self.start_ray()
+        ckpt = str(self.root / self.cfg.name / spec.run_id)
+        branch_dir = None
+        if spec.exec.branch_from:
+            branch_dir = str(branch_folder(self.root / self.cfg.name / spec.exec.branch_from,
+                                           spec.exec.branch_step))
+        ref = self.task.remote(spec.to_dict(), self.uri, mlflow_run_id, ckpt,
+                               self.data.fingerprint, *self.shipped, branch_dir=branch_dir)
+        self.pending[ref] = (spec, mlflow_run_id)
+
+    def collect(self, ref) -> None:
+        import ray
+
+        spec, mlflow_run_id = self.pending.pop(ref)
+        self.progress.flops_left -= trained_flops(spec)
+        try:
+            out = ray.get(ref)
+        except (ray.exceptions.RayError, Exception) as e:  # noqa: BLE001
+            # The worker died more often than max_retries allows (or Ray failed).
+            out = {"run_id": spec.run_id, "status": keys.STATUS_FAILED,
+                   "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            self.ledger.mark(mlflow_run_id, keys.STATUS_FAILED, "FAILED")
+        self.leases.release(spec.run_id)
+        self.results[spec.run_id] = out
+        report_one(spec, out, self.progress, self.by_budget)
+        for branch in self.waiting.pop(spec.run_id, []):
+            self.submit(*branch)  # whatever the trunk's outcome: see train._branch_state
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self) -> dict[str, dict]:
+        todo = self.reconcile()
+        self.progress.total = len(todo)
+        if self.progress.skipped:
+            console.print(f"{self.progress.skipped} run(s) already finished or diverged in the "
+                          "ledger: not trained again")
+        if not todo and not self.elsewhere:
+            console.print("nothing to train: every run of this sweep is already in the ledger")
+            self.ledger.mark(self.parent, "finished", "FINISHED")
+            return self.results
+        self.progress.flops_left = sum(trained_flops(s) for s, _ in todo)
+        # WSD branches wait for their trunk (the state they start from is saved as it trains);
+        # a branch whose trunk is already in the ledger starts at once.
+        in_todo = {spec.run_id for spec, _ in todo}
+        for spec, mlflow_run_id in todo:
+            if spec.exec.branch_from in in_todo:
+                self.waiting[spec.exec.branch_from].append((spec, mlflow_run_id))
+            else:
+                self.submit(spec, mlflow_run_id)
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self._mark_killed()
+            raise
+        finally:
+            if self.task is not None:
+                import ray
+
+                ray.shutdown()
+        self.ledger.mark(self.parent, keys.STATUS_FINISHED, "FINISHED")
+        return self.results
+
+    def _loop(self) -> None:
+        import ray
+
+        last_line = last_look = 0.0
+        while self.pending or self.elsewhere:
+            ready = []
+            if self.pending:
+                ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=2.0)
+            else:
+                time.sleep(1.0)
+            self.progress.running = min(len(self.pending), self.slots)
+            for ref in ready:
+                self.collect(ref)
+            if self.elsewhere and time.monotonic() - last_look > POLL_S:
+                self.look_elsewhere()
+                last_look = time.monotonic()
+            if self.pending and (time.monotonic() - last_line > 30 or ready):
+                console.print(self.progress.line())
+                last_line = time.monotonic()
+
+    def _mark_killed(self) -> None:
+        """Ctrl-C: cancel the runs in flight; they and the branches waiting for a trunk are
+        marked killed, and resume from their checkpoints on the next invocation."""
+        import ray
+
+        say("[yellow]interrupted[/]: cancelling runs in flight; they are marked killed and "
+            "resume from their checkpoints on the next invocation")
+        for ref, (_spec, mlflow_run_id) in self.pending.items():
+            ray.cancel(ref, force=True)
+            self.ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
+        for branches in self.waiting.values():
+            for _spec, mlflow_run_id in branches:
+                self.ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
+        self.ledger.mark(self.parent, keys.STATUS_KILLED, "KILLED")

@@ -904,7 +904,7 @@ def test_servers_bind_to_loopback_by_default() -> None:
     # Code: nothing listens on all interfaces; the local Ray starts without its dashboard.
     for p, _tree in _sources("pipeline", "analysis"):
         assert "0.0.0.0" not in p.read_text(), p
-    assert "include_dashboard=False" in (ROOT / "pipeline" / "sweep.py").read_text()
+    assert "include_dashboard=False" in (ROOT / "pipeline" / "driver" / "runner.py").read_text()
     # Docs: the MLflow UI as documented listens on 127.0.0.1 (its default). A server bound to
     # all interfaces (0.0.0.0, ::) is never shown without a word on what that exposes; one
     # bound to a chosen private address (a cluster's head) is the reader's explicit choice.

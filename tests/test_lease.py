@@ -1,0 +1,56 @@
+"""Leases on runs (pipeline/ledger/lease.py) in a real sqlite ledger: one holder at a time,
+released and taken over when their driver is gone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from pipeline.ledger.lease import Leases
+
+
+@pytest.fixture
+def uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_one_holder_at_a_time_and_release(uri: str) -> None:
+    a, b = Leases(uri, "s"), Leases(uri, "s")
+    assert a.claim("r1") is None  # a holds it
+    assert a.claim("r1") is None  # and may claim it again
+    holder = b.claim("r1")
+    assert holder is not None and holder.token == a.me.token
+    assert b.claim("r2") is None  # other runs are free
+    a.release("r1")
+    assert b.claim("r1") is None
+    assert b.held == {"r1", "r2"}
+    b.stop()  # releases everything still held
+    assert not MlflowClient(tracking_uri=uri).search_registered_models()
+
+
+def test_an_expired_lease_is_taken_over_and_renewal_keeps_it(uri: str) -> None:
+    a, b = Leases(uri, "s", ttl_s=0.5), Leases(uri, "s")
+    assert a.claim("r1") is None and a.claim("r2") is None
+    time.sleep(0.3)
+    a.renew()  # r1 and r2 now live 0.5 s from here
+    assert b.claim("r1") is not None
+    time.sleep(0.7)  # a stopped renewing (its driver hangs or its host is gone)
+    assert b.claim("r1") is None and b.claim("r2") is None
+    assert len(MlflowClient(tracking_uri=uri).search_registered_models()) == 2  # no leftovers
+
+
+def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(uri: str) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    a = Leases(uri, "s")
+    a.me = type(a.me)(a.me.host, dead.pid, a.me.token)  # as if that process had claimed it
+    assert a.claim("r1") is None
+    b = Leases(uri, "s")
+    assert b.claim("r1") is None  # its holder's PID is gone: no need to wait for the expiry
+    names = [m.name for m in MlflowClient(tracking_uri=uri).search_registered_models()]
+    assert names == ["lease.s.r1"]

@@ -191,15 +191,15 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
 
 
 def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path) -> None:
-    """Two terminals, one folder (one sqlite ledger), started 2 s apart: each run is trained
+    """Two terminals, one folder (one sqlite ledger), started 1 s apart: each run is trained
     by one of them (its lease), the other waits for it and reads its result; both exit 0
     with the same table. Before leases every run was trained twice."""
-    text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [1e10, 2e10]")
+    text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [6e9, 1.2e10]")
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(text)
     cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "1", "--no-report"]
     drivers = []
-    for i, delay in enumerate((0, 2)):
+    for i, delay in enumerate((0, 1)):
         time.sleep(delay)
         env = {**_env(tmp_path), "RAY_TMPDIR": str(Path(os.environ["RAY_TMPDIR"]) / f"d{i}")}
         drivers.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,

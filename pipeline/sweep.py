@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
 from pipeline.data.repetition import repetition_problem
-from pipeline.driver.runner import run_sweep, slots_here
+from pipeline.driver.runner import run_sweep, sigterm_as_interrupt, slots_here
 from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.holdout import HoldoutError, holdout_plan
 from pipeline.preflight import driver_problem
@@ -128,13 +128,18 @@ def main(argv: list[str] | None = None) -> int:
         return _dry_run(cfg, plan, args, slots)
     print_plan(cfg, plan, None, slots)
     t0 = time.monotonic()
+    sigterm_as_interrupt()
     try:
         results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
                             checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
+        plan = _run_holdout(cfg, plan, data, args, uri, vocab, slots, results)
     except SweepError as e:  # the ledger holds runs on other tokens
         print(f"error: {args.sweep_file}: {e}", file=sys.stderr)
         return 2
-    plan = _run_holdout(cfg, plan, data, args, uri, vocab, slots, results)
+    except KeyboardInterrupt:
+        say(f"stopped; run the same command to resume: python -m pipeline.sweep "
+            f"{args.sweep_file}")
+        return 130
     summary(results, plan)
     failed = [r for r in results.values() if r.get("status") == keys.STATUS_FAILED]
     from pipeline.tracking import runs_page

@@ -129,8 +129,9 @@ def _statuses_read_only(db: Path) -> dict[str, str]:
 
 
 def _raylets_below(root: Path) -> list[int]:
-    """PIDs of Ray processes whose command line mentions our temp folder."""
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    """PIDs of Ray processes whose command line mentions our temp folder (ps -ww: whole
+    command lines, whatever the width ps would otherwise cut them to)."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [int(line.split()[0]) for line in out.splitlines()[1:]
             if str(root) in line and ("raylet" in line or "gcs_server" in line)]
 
@@ -221,6 +222,48 @@ def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path) -> None:
             assert f"{run.data.metrics[keys.FINAL_VAL_LOSS]:.4f}" in out
     assert any("by another driver" in out for out, _ in outs)
     assert not client.search_registered_models()  # every lease was released
+
+
+def test_sigterm_stops_the_driver_cleanly(tmp_path: Path) -> None:
+    """A preempted node or `ray job stop` sends SIGTERM: the runs in flight are marked
+    killed (they resume next time), the leases are given back, Ray goes with the driver,
+    and the driver says how to resume."""
+    from pipeline.trial import START_DELAY_ENV
+
+    sweep = tmp_path / "tiny.yaml"
+    shutil.copy(TINY, sweep)
+    ray_tmp = Path(os.environ["RAY_TMPDIR"])
+    env = {**_env(tmp_path), START_DELAY_ENV: "60"}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2",
+                             "--no-report"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not _raylets_below(ray_tmp):
+            time.sleep(0.5)  # Ray is starting: the runs are about to be submitted
+        if not _raylets_below(ray_tmp):
+            proc.kill()
+            raise AssertionError("Ray did not start:\n" + proc.communicate()[0][-3000:])
+        time.sleep(5)
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out[-3000:]
+    assert stopped_in < 30, stopped_in
+    assert "interrupted" in out and f"resume: python -m pipeline.sweep {sweep}" in out
+    assert "Traceback" not in out
+    statuses = _statuses_read_only(tmp_path / "mlflow.db")
+    assert sorted(statuses.values()) == [keys.STATUS_KILLED] * 4, statuses
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert not client.search_registered_models()  # leases given back
+    deadline = time.monotonic() + 30
+    while _raylets_below(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _raylets_below(ray_tmp)
 
 
 WSD = """

@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,19 +36,33 @@ if TYPE_CHECKING:
 POLL_S = 5.0  # how often runs held by another driver are looked up in the ledger
 
 
+def sigterm_as_interrupt() -> None:
+    """SIGTERM (a preempted node, `ray job stop`, a scheduler's kill) ends the sweep as
+    Ctrl-C does: runs in flight are cancelled and marked killed, leases given back, and the
+    next invocation resumes them. Installed again after ray.init, whose driver handler
+    would exit at once."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def init_ray(address: str | None, cpus: int | None) -> None:
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reporting
     if address:
         ray.init(address=address, log_to_driver=chatty())
-        return
-    # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths: Ray's
-    # unix sockets must fit in 107 characters).
-    tmp = os.environ.get("RAY_TMPDIR")
-    ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
-             _temp_dir=tmp or None, log_to_driver=chatty(),
-             runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
+    else:
+        # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths:
+        # Ray's unix sockets must fit in 107 characters).
+        tmp = os.environ.get("RAY_TMPDIR")
+        ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
+                 _temp_dir=tmp or None, log_to_driver=chatty(),
+                 runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
+    sigterm_as_interrupt()
 
 
 def slots_here(num_cpus: int, cpus: int | None) -> int:

@@ -8,6 +8,7 @@ too, so nothing here can write to the home folder.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import random
@@ -551,3 +552,30 @@ def test_hf_cache_with_bad_checksum_is_streamed_again(tmp_path, monkeypatch):
     jsonl.write_text(jsonl.read_text().replace("number 3", "number 9"))
     assert json.loads((jsonl.with_suffix(".json")).read_text())["n_docs"] == 12
     assert prepare_data(cfg).fingerprint == first.fingerprint and len(calls) == 2
+
+
+def test_a_local_dataset_through_the_real_datasets_library_trains(tmp_path, monkeypatch):
+    """hf:<folder of .jsonl files>: the real `datasets` (the hf extra, installed in CI)
+    streams it offline with its json builder; a run trains on the tokens."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # never the network
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # nothing in the home folder
+    folder = tmp_path / "stories"
+    folder.mkdir()
+    sources = sorted(Path(json.__file__).parent.parent.glob("*.py"))[:60]  # stdlib text
+    with open(folder / "train.jsonl", "w", encoding="utf-8") as f:
+        for src in sources:
+            f.write(json.dumps({"text": src.read_text(encoding="utf-8"), "path": src.name}) + "\n")
+    from pipeline.families import make_config
+    from pipeline.spec import DataSpec, RunSpec, TrainSpec
+    from pipeline.train import train
+
+    spec = RunSpec(sweep="hf", model=make_config("gpt", 1, 16, vocab_size=256, seq_len=32,
+                                                 head_dim=8),
+                   data=DataSpec(corpus=f"hf:{folder}", max_bytes=400_000),
+                   train=TrainSpec(batch_size=8), steps=120)
+    data = prepare_data(DataConfig(corpus=spec.data.corpus, max_bytes=400_000,
+                                   cache_dir=str(tmp_path / "cache")))
+    assert 300_000 < data.train_bytes + data.val_bytes <= 400_000
+    assert list((tmp_path / "cache" / "hf").glob("*.jsonl"))  # streamed once, then cached
+    result = train(spec, data=data)
+    assert result.status == "finished" and result.final_val_loss < math.log(256) - 1.5

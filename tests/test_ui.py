@@ -1,7 +1,7 @@
 """What a researcher sees in the MLflow UI, read back through a real `mlflow server`'s REST API.
 
-The quickstart's sweep file (its four shapes, recipe, corpus and tokenizer, and its first two
-budgets: the third would double the test's time) runs against a tracking server started here, as docs/cluster.md
+The quickstart (sweeps/quickstart.yaml as shipped: 12 runs, about a minute on 2 cores) runs
+against a tracking server started here, as docs/cluster.md
 starts one; then the REST API, which the UI itself calls, must give for every child run: a
 name with the budget, N and shape; the summary params (C, N in both conventions, D, D/N,
 shape, family); the corpus as a dataset input with its fingerprint; and the validation loss
@@ -43,14 +43,14 @@ def _free_port() -> int:
 
 def _get(base: str, path: str, **query: str) -> dict:
     url = f"{base}/api/2.0/mlflow/{path}?{urllib.parse.urlencode(query)}"
-    with urllib.request.urlopen(url, timeout=30) as r:
+    with urllib.request.urlopen(url, timeout=120) as r:
         return json.loads(r.read())
 
 
 def _post(base: str, path: str, body: dict) -> dict:
     req = urllib.request.Request(f"{base}/api/2.0/mlflow/{path}", json.dumps(body).encode(),
                                  {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
+    with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
 
 
@@ -95,10 +95,8 @@ def server(tmp_path: Path) -> Iterator[str]:
 def test_the_quickstart_reads_back_through_a_real_tracking_server(
     server: str, tmp_path: Path
 ) -> None:
-    text = QUICKSTART.read_text()
-    assert "budgets: [6e10, 1.5e11, 4e11]" in text  # what the division below rewrites
     sweep = tmp_path / "quickstart.yaml"
-    sweep.write_text(text.replace("budgets: [6e10, 1.5e11, 4e11]", "budgets: [6e10, 1.5e11]"))
+    sweep.write_text(QUICKSTART.read_text())
     env = {**os.environ, "MLFLOW_TRACKING_URI": server}
     done = subprocess.run([sys.executable, "-m", "pipeline.sweep", str(sweep), "--no-report",
                            "--cpus", "2"], cwd=tmp_path, env=env, capture_output=True,
@@ -114,7 +112,7 @@ def test_the_quickstart_reads_back_through_a_real_tracking_server(
     found = _post(server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
                                           "filter": f"tags.{keys.TAG_KIND} = 'trial'",
                                           "max_results": 100})["runs"]
-    assert len(found) == 8
+    assert len(found) == 12
     client = MlflowClient(tracking_uri=server)  # for the spec artifact only
     names = set()
     for run in found:
@@ -164,7 +162,7 @@ def test_the_quickstart_reads_back_through_a_real_tracking_server(
         assert max(by_tokens) == spec.tokens
         train = _history(server, info["run_id"], keys.TRAIN_LOSS_BY_TOKENS)
         assert max(train) == spec.tokens and len(train) >= 2
-    assert len(names) == 8  # the names tell the runs apart
+    assert len(names) == 12  # the names tell the runs apart
     # Each run was trained under a lease taken and given back through the server's API.
     assert not _get(server, "registered-models/search").get("registered_models")
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
@@ -36,15 +36,10 @@ from pipeline.preflight import driver_problem
 from pipeline.terminal import chatty, configure, console, json_mode, say
 from pipeline.terminal.tables import dur, print_plan, summary
 
-if TYPE_CHECKING:
-    pass
-
-# Plain logs (CI, files) get wide lines instead of rich's 80-column default.
-
 
 def _positive(text: str) -> float:
     value = float(text)
-    if not value > 0 or value != value or value == float("inf"):
+    if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
 
@@ -103,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {sk.label}: {sk.reason}", file=sys.stderr)
         return 2
     slots = slots_here(cfg.resources.num_cpus, args.cpus)
-    if not args.dry_run and _refuse_oversized(cfg, plan, args, slots):
+    if not args.dry_run and _refused(plan, _estimate(cfg, plan, args, slots, measure=False),
+                                     args.sweep_file):
         return 2  # before the ledger is touched: a pure estimate
     uri = ""
     if not args.dry_run:  # the driver's checks come before the data, which can take minutes
@@ -180,40 +176,37 @@ def _run_holdout(cfg: SweepConfig, plan: Plan, data, args: argparse.Namespace, u
     return plan
 
 
-def _target(cfg: SweepConfig, args: argparse.Namespace, slots: int):
-    """The device the runs train on: measured here, or assumed (--device-peak, --mfu)."""
+def _estimate(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int,
+              measure: bool):
+    """Each run's peak memory (and with measure, its time) on the device it trains on:
+    measured here, or assumed (--device-peak, --mfu)."""
     from pipeline.estimate.device import target_for
+    from pipeline.estimate.plan import estimate_plan
 
     res = cfg.resources
-    peak = getattr(args, "device_peak", None)
-    return target_for(res.num_gpus, res.num_cpus, slots, res.device_memory_gb,
-                      None if peak is None else peak * 1e12, getattr(args, "mfu", None))
+    peak = None if args.device_peak is None else args.device_peak * 1e12
+    target = target_for(res.num_gpus, res.num_cpus, slots, res.device_memory_gb, peak,
+                        args.mfu)
+    return estimate_plan(plan.specs, target, measure=measure)
 
 
-def _dry_run(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int) -> int:
-    from pipeline.estimate.plan import estimate_plan, too_big
+def _refused(plan: Plan, est, sweep_file: str) -> bool:
+    """Print why each run that cannot fit its device's memory is refused; True if any is."""
+    from pipeline.estimate.plan import too_big
 
-    est = estimate_plan(plan.specs, _target(cfg, args, slots), measure=not args.no_estimate)
-    print_plan(cfg, plan, est.seconds, slots, est)
-    refused = too_big(plan.specs, est, args.sweep_file)
-    for message in refused:
-        print(f"error: {message}", file=sys.stderr)
-    if json_mode():
-        print(json.dumps(sweep_json(cfg.name, "", "", plan, {}, None, est), indent=2))
-    return 2 if refused else 0
-
-
-def _refuse_oversized(cfg: SweepConfig, plan: Plan, args: argparse.Namespace,
-                      slots: int) -> bool:
-    """Before Ray starts: print why each run that cannot fit its device's memory is refused;
-    True if any is."""
-    from pipeline.estimate.plan import estimate_plan, too_big
-
-    est = estimate_plan(plan.specs, _target(cfg, args, slots), measure=False)
-    refused = too_big(plan.specs, est, args.sweep_file)
+    refused = too_big(plan.specs, est, sweep_file)
     for message in refused:
         print(f"error: {message}", file=sys.stderr)
     return bool(refused)
+
+
+def _dry_run(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int) -> int:
+    est = _estimate(cfg, plan, args, slots, measure=not args.no_estimate)
+    print_plan(cfg, plan, est.seconds, slots, est)
+    refused = _refused(plan, est, args.sweep_file)
+    if json_mode():
+        print(json.dumps(sweep_json(cfg.name, "", "", plan, {}, None, est), indent=2))
+    return 2 if refused else 0
 
 
 def _refuse_repetition(h_plan: Plan, cfg: SweepConfig, train_tokens: int, sweep_file: str,
@@ -241,11 +234,13 @@ def _report(name: str, uri: str, sweep_file: str) -> str | None:
     from analysis import report
 
     regenerate = f"python -m analysis.report --sweep {name} --tracking-uri {uri}"
-    said, err = io.StringIO(), io.StringIO()
+    err = io.StringIO()  # --quiet keeps the report's lines back, to show them if it fails
     if chatty():
         routes = (sys.stdout, sys.stderr)
+    elif json_mode():
+        routes = (sys.stderr, sys.stderr)
     else:
-        routes = (sys.stderr if json_mode() else said, sys.stderr if json_mode() else err)
+        routes = (io.StringIO(), err)
     try:
         with redirect_stdout(routes[0]), redirect_stderr(routes[1]):
             rc = report.main(["--sweep", name, "--tracking-uri", uri, "--sweep-file",

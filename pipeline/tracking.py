@@ -1,4 +1,6 @@
-"""MLflow, write side: the only module of pipeline/ that imports mlflow.
+"""MLflow, write side: runs, params, metrics and artifacts (pipeline.ledger.lease holds the
+leases on runs, pipeline.sample reads checkpoints' specs; nothing else in pipeline/ imports
+mlflow).
 
 MLflow is the ledger of a sweep: one experiment per sweep (named after it), one sweep run
 (tag kind=sweep) and one child run per RunSpec (tag kind=trial, run_id=<spec hash>, sweep_run=
@@ -36,7 +38,7 @@ from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunT
 
 from pipeline import keys
 from pipeline.ledger import ui
-from pipeline.ledger.store import folder_problem
+from pipeline.ledger.store import folder_problem, sqlite_file
 from pipeline.spec import RunSpec, flatten
 
 # MLflow's log_batch limits (per call): 1000 metrics, 100 params, 100 tags.
@@ -77,7 +79,7 @@ def prepare_store(uri: str, experiment: str) -> str:
     every worker process (whatever its working folder) writes to the same place. A store
     that cannot be created or opened raises TrackingError naming the URI and the reason.
     """
-    db = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+    db = sqlite_file(uri)
     problem = _sqlite_problem(db) if db is not None else None
     if problem:
         raise TrackingError(f"cannot create the MLflow tracking store {uri}: {problem}. Set "

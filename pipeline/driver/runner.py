@@ -193,13 +193,14 @@ class _Runner:
                 console.print(f"{run_id}: {out['status']} by another driver")
             elif self.leases.claim(run_id) is None:
                 del self.elsewhere[run_id]
-                if self._done(spec, self.ledger.trials()):
+                now = self.ledger.trials()  # it may have finished since `existing` was read
+                if self._done(spec, now):
                     self.leases.release(run_id)
                     continue
                 say(f"{run_id}: its driver is gone; training it here")
                 self.progress.total += 1
                 self.progress.flops_left += trained_flops(spec)
-                self.submit(spec, self._trial(spec, self.ledger.trials()))
+                self.submit(spec, self._trial(spec, now))
 
     # --- Ray ---------------------------------------------------------------------------------
     def start_ray(self) -> None:

@@ -12,7 +12,6 @@ wall time is the sum over runs divided by the number of runs that fit on the mac
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
 
@@ -99,7 +98,3 @@ def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
-
-def parallel_slots(num_cpus_per_run: int, cpus: int | None = None) -> int:
-    """Runs that fit on this machine at once."""
-    return max(1, (cpus or os.cpu_count() or 1) // num_cpus_per_run)

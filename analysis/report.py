@@ -31,13 +31,15 @@ from pathlib import Path
 from analysis.analyze import analyze
 from analysis.cli import add_input_arguments, load_input, run_main
 from analysis.errors import AnalysisError
+from analysis.fits.bootstrap import default_jobs
 from analysis.reporting.document import to_html, to_markdown
 from analysis.reporting.figures import Context, draw_all
 from analysis.reporting.provenance import PACKAGE_ROOT, portable, provenance_lines
+from analysis.reporting.reuse import is_current, report_key, write_key
 from analysis.reporting.samples import PROMPT, sample_jobs
 from analysis.reporting.sections import ReportInput, build
 from analysis.runs.export import FILE_NAME as EXPORT_FILE
-from analysis.runs.export import export_name, write_export
+from analysis.runs.export import export_name, to_json_dict, write_export
 from analysis.schema import analysis_to_json
 from pipeline.ledger.store import folder_problem
 
@@ -66,10 +68,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
                    help=f"bootstrap resamples (default {DEFAULT_BOOTSTRAP}; 0: no intervals)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
-    p.add_argument("--jobs", type=int, default=1, metavar="J",
-                   help="processes for the Approach 3 bootstrap (default 1)")
+    p.add_argument("--jobs", type=int, default=default_jobs(), metavar="J",
+                   help="processes for the bootstraps of the parametric laws (default: the "
+                        f"cores this process may use, {default_jobs()} here; the intervals "
+                        "are the same with any number)")
     p.add_argument("--prompt", default=PROMPT,
                    help=f"prompt of the text samples (default {PROMPT!r})")
+    p.add_argument("--force", action="store_true",
+                   help="make the report even when the folder holds one made from the same "
+                        "runs, sweep file, options and code (by default it is kept)")
     return p
 
 
@@ -97,8 +104,7 @@ def regenerate_command(args: argparse.Namespace) -> str:
     if args.flops_convention is not None:
         parts += ["--flops-convention", args.flops_convention]
     parts += ["--bootstrap", str(args.bootstrap), "--seed", str(args.seed)]
-    if args.jobs != 1:
-        parts += ["--jobs", str(args.jobs)]
+    # Not --jobs: the intervals are the same with any number of processes.
     if args.prompt != PROMPT:
         parts += ["--prompt", args.prompt]
     # Run from the checkout (paths relative to it); other folders as portable() shows them.
@@ -172,6 +178,17 @@ def write_report(args: argparse.Namespace) -> Path:
     out = Path(args.out) if args.out else Path("reports") / name
     check_target(out)
     sweep_file = Path(args.sweep_file) if args.sweep_file else None
+    sweep_text = None
+    if sweep_file is not None and sweep_file.is_file():
+        sweep_text = sweep_file.read_text(errors="replace")
+    key = report_key(to_json_dict(runs, curves, name), sweep_text=sweep_text,
+                     options={"bootstrap": args.bootstrap, "seed": args.seed,
+                              "prompt": args.prompt})
+    if not args.force and is_current(out, key):
+        _log(f"report: {out} kept: it was made from the same runs, curves, sweep file, "
+             f"options and code (--force makes it again); checked in "
+             f"{time.monotonic() - started:.1f} s")
+        return (out / "report.html").resolve()
     uri = args.tracking_uri
     if args.sweep and not uri:
         import mlflow
@@ -192,9 +209,6 @@ def write_report(args: argparse.Namespace) -> Path:
             _log(f"report: {sum(d.path is not None for d in figures.values())} figures in "
                  f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
             samples = jobs.results() if jobs is not None else None
-            sweep_text = None
-            if sweep_file is not None and sweep_file.is_file():
-                sweep_text = sweep_file.read_text(errors="replace")
             info = ReportInput(
                 name=name, command=regenerate_command(args), runs=runs, figures=figures,
                 export_command=_export_command(args, name, out) if args.sweep else None,
@@ -217,6 +231,7 @@ def write_report(args: argparse.Namespace) -> Path:
                     shutil.copy2(out / kept, tmp / kept)
             if not args.csv:  # a CSV is its own export; a sweep's store may not travel
                 write_export(tmp / EXPORT_FILE, runs, curves, name=name)
+            write_key(tmp, key)  # last: a folder without it is made again
     _log(f"report: {out} written in {time.monotonic() - started:.1f} s")
     return (out / "report.html").resolve()
 

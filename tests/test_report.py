@@ -546,3 +546,32 @@ def test_a_bad_export_is_one_line_naming_the_file(tmp_path, capsys, text, patter
     err = capsys.readouterr().err
     assert err.startswith(f"error: {bad}") and pattern in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_report_of_unchanged_inputs_is_kept_and_any_change_remakes_it(sweep_report,
+                                                                       tmp_path, capsys,
+                                                                       monkeypatch):
+    """Issue 21: re-running a finished sweep reuses its report; the key covers the runs, the
+    options and the code, and a folder missing a file of the report is made again."""
+    from analysis.reporting import reuse
+
+    export, out = sweep_report / "runs_export.json", tmp_path / "r"
+    args = ["--export", str(export), "--out", str(out), "--bootstrap", "0"]
+
+    def made(extra: list[str] = ()) -> bool:
+        assert report.main([*args, *extra]) == 0
+        err = capsys.readouterr().err
+        assert ("kept: it was made from the same" in err) != ("written in" in err), err
+        return "written in" in err
+
+    assert made()
+    key = (out / reuse.KEY_FILE).read_text().split()[0]
+    before = _snapshot(out)
+    assert not made() and _snapshot(out) == before  # nothing rewritten
+    assert made(["--force"])
+    assert made(["--seed", "1"]) and (out / reuse.KEY_FILE).read_text().split()[0] != key
+    assert not made(["--seed", "1", "--jobs", "3"])  # processes do not change the report
+    monkeypatch.setattr(reuse, "code_digest", lambda: "an edited fit")
+    assert made(["--seed", "1"])
+    (out / "fit.json").unlink()
+    assert made(["--seed", "1"]) and (out / "fit.json").is_file()

@@ -44,7 +44,7 @@ from analysis.checks.residuals import (
 from analysis.checks.schedules import ScheduleComparison, compare_schedules
 from analysis.checks.verdict import LAWS, Verdict, judge_laws
 from analysis.errors import FitError
-from analysis.fits.bootstrap import Bootstrap
+from analysis.fits.bootstrap import Bootstrap, worker_pool
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
 from analysis.fits.table import FITS
@@ -141,7 +141,7 @@ def analyze(
     noise = estimate_noise(selection.replicates)
     sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
-    with single_threaded_blas():
+    with single_threaded_blas(), worker_pool(n_jobs):  # one pool of workers for every fit
         fits = fit_all(FitInput(runs, curves, ref, bootstrap, seed, n_jobs), wanted, progress)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)

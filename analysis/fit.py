@@ -15,7 +15,7 @@ import json
 
 from analysis.analyze import analyze
 from analysis.cli import add_input_arguments, load_input, run_main
-from analysis.fits.bootstrap import DEFAULT_RESAMPLES
+from analysis.fits.bootstrap import DEFAULT_RESAMPLES, default_jobs
 from analysis.fits.table import FITS
 from analysis.schema import analysis_to_json
 
@@ -31,8 +31,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--reference-flops", type=float, metavar="C",
                    help="compute at which to report the allocation (default: largest C)")
-    p.add_argument("--jobs", type=int, default=1, metavar="J",
-                   help="processes for the Approach 3 bootstrap (default 1)")
+    p.add_argument("--jobs", type=int, default=default_jobs(), metavar="J",
+                   help="processes for the bootstraps of the parametric laws (default: the "
+                        f"cores this process may use, {default_jobs()} here; the intervals "
+                        "are the same with any number)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.bootstrap < 0:
         parser().error("--bootstrap must be >= 0")
+    if args.jobs < 1:
+        parser().error("--jobs must be >= 1")
     runs, curves = load_input(args)
     approaches = tuple(FITS) if args.approach == "all" else (args.approach,)
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,

@@ -11,6 +11,7 @@ import pytest
 
 from analysis.analyze import Estimate, Skipped, analyze
 from analysis.checks.published import DOCUMENTED, compare
+from analysis.fits import bootstrap as bootstrap_module
 from analysis.fits.approach3 import DEFAULT_GRID, _prepare, _Refit, fit_approach3, screen_starts
 from analysis.fits.bootstrap import Interval, run_bootstrap
 from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
@@ -107,7 +108,8 @@ def test_unknown_approach_is_refused():
         analyze(isoflop_runs(LAW, BUDGETS, seed=0), approaches=("4",))
 
 
-def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes():
+def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes(monkeypatch):
+    monkeypatch.setattr(bootstrap_module, "MIN_PARALLEL_RESAMPLES", 1)  # pools even for 12
     runs = isoflop_runs(LAW, BUDGETS[:4], sizes_per_budget=5, seed=2)
     n, d, loss = runs.column("N"), runs.column("D"), runs.column("loss")
     fit = fit_approach3(n, d, loss)
@@ -117,8 +119,15 @@ def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes():
     again = run_bootstrap(len(n), refit, n_resamples=12, seed=5)
     other = run_bootstrap(len(n), refit, n_resamples=12, seed=6)
     two_jobs = run_bootstrap(len(n), refit, n_resamples=12, seed=5, n_jobs=2)
+    with bootstrap_module.worker_pool(2):  # one pool shared by two bootstraps
+        shared = [run_bootstrap(len(n), refit, n_resamples=12, seed=5, n_jobs=2)
+                  for _ in range(2)]
     np.testing.assert_array_equal(one.samples["alpha"], again.samples["alpha"])
     np.testing.assert_array_equal(one.samples["alpha"], two_jobs.samples["alpha"])
+    for boot in shared:
+        np.testing.assert_array_equal(one.samples["alpha"], boot.samples["alpha"])
+        np.testing.assert_array_equal(one.fitted, boot.fitted)
+    assert bootstrap_module._POOL is None  # the pool ends with its block
     assert not np.array_equal(one.samples["alpha"], other.samples["alpha"])
 
 

@@ -11,8 +11,10 @@ refits only (so they are conditional on a fit being possible).
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,6 +24,9 @@ from analysis.threads import single_threaded_blas
 
 DEFAULT_RESAMPLES = 1000
 LEVEL = 0.95
+MIN_PARALLEL_RESAMPLES = 100
+"""Fewer resamples run in this process whatever ``n_jobs`` says: a spawned worker costs ~1 s
+of imports, a law's refit ~10-100 ms, so a pool pays off from about a hundred."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,44 @@ class Bootstrap:
         return out
 
 
+def default_jobs() -> int:
+    """Processes a bootstrap uses by default: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_POOL: tuple[int, ProcessPoolExecutor] | None = None
+"""The pool of ``worker_pool`` while its block runs: (processes, executor)."""
+
+
+def _new_pool(n_jobs: int) -> ProcessPoolExecutor:
+    # spawn, not fork: a forked child of a process with threads (MLflow, BLAS) can hang.
+    return ProcessPoolExecutor(max_workers=n_jobs,
+                               mp_context=multiprocessing.get_context("spawn"))
+
+
+@contextmanager
+def worker_pool(n_jobs: int) -> Iterator[None]:
+    """One pool of ``n_jobs`` worker processes for every bootstrap run inside the block.
+
+    A spawned worker imports numpy and scipy (~1 s); a report bootstraps 7 fits plus the
+    convention refits, so one pool per report instead of one per fit saves most of that.
+    With ``n_jobs`` 1 nothing is started.
+    """
+    global _POOL
+    if n_jobs <= 1 or _POOL is not None:
+        yield
+        return
+    with _new_pool(n_jobs) as pool:
+        _POOL = (n_jobs, pool)
+        try:
+            yield
+        finally:
+            _POOL = None
+
+
 def resample_indices(n_units: int, n_resamples: int, seed: int) -> np.ndarray:
     """(n_resamples, n_units) indices drawn with replacement; the same for the same seed."""
     rng = np.random.default_rng(seed)
@@ -118,15 +161,17 @@ def run_bootstrap(
     if n_jobs < 1:
         raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
     indices = resample_indices(n_units, n_resamples, seed)
-    if n_jobs == 1:
+    if n_jobs == 1 or n_resamples < MIN_PARALLEL_RESAMPLES:
         results = _refit_all(refit, indices)
     else:
-        # spawn, not fork: a forked child of a process with threads (MLflow, BLAS) can hang.
-        context = multiprocessing.get_context("spawn")
-        chunks = np.array_split(indices, n_jobs)
-        with ProcessPoolExecutor(max_workers=n_jobs, mp_context=context) as pool:
-            parts = pool.map(_refit_all, [refit] * n_jobs, chunks)
-            results = [item for part in parts for item in part]
+        # Chunks of a few dozen draws, so a worker that gets cheap resamples takes more.
+        chunks = np.array_split(indices, min(n_resamples, 8 * n_jobs))
+        if _POOL is not None and _POOL[0] == n_jobs:
+            parts = list(_POOL[1].map(_refit_all, [refit] * len(chunks), chunks))
+        else:
+            with _new_pool(n_jobs) as pool:
+                parts = list(pool.map(_refit_all, [refit] * len(chunks), chunks))
+        results = [item for part in parts for item in part]
 
     collected: dict[str, list[float]] = {}
     failures: list[str] = []

@@ -10,6 +10,7 @@ the sweep retries it, resuming from its last checkpoint.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -115,6 +116,8 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
         return {"run_id": spec.run_id, "status": keys.STATUS_FAILED, "attempts": attempts,
                 "error": f"{type(e).__name__}: {e}"}
     tracker.log_dict(result.curve, keys.CURVE_ARTIFACT)
+    if (inline := curve_tag(result.curve)) is not None:
+        tracker.set_tags({keys.TAG_CURVE: inline})
     if result.resumed_from is not None:
         tracker.set_tags({keys.TAG_RESUMED_FROM: str(result.resumed_from)})
     tracker.end(result.status)
@@ -147,3 +150,11 @@ def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str
         )
     return execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=data,
                          branch_dir=branch_dir)
+
+
+def curve_tag(curve: dict[str, list[float]]) -> str | None:
+    """The eval curve (step, tokens, val_loss) as compact JSON for keys.TAG_CURVE, or None
+    when it is too long for a tag (a run with hundreds of evaluations keeps the artifact only)."""
+    text = json.dumps({k: curve[k] for k in ("step", "tokens", "val_loss")},
+                      separators=(",", ":"))
+    return text if len(text) <= keys.CURVE_TAG_MAX_CHARS else None

@@ -21,7 +21,8 @@ SIZES = (1e5, 2e5, 4e5, 8e5, 1.6e6, 3.2e6)  # params_total; non-embedding is 80%
 
 
 def _log_run(client, experiment_id, parent_id, *, run_id, n, budget, status="finished",
-             mlflow_status="FINISHED", tags=None, artifact=True, loss_scale=1.0):
+             mlflow_status="FINISHED", tags=None, artifact=True, loss_scale=1.0,
+             inline=False):
     """One child run as pipeline.tracking writes it: tags, params, summary, curve."""
     from mlflow.entities import Metric, Param
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
@@ -49,6 +50,11 @@ def _log_run(client, experiment_id, parent_id, *, run_id, n, budget, status="fin
     if artifact:
         client.log_dict(rid, {"step": list(range(1, 9)), "tokens": tokens.tolist(),
                               "val_loss": loss.tolist()}, keys.CURVE_ARTIFACT)
+    if inline:  # the curve as a tag, as pipeline.trial writes it
+        from pipeline.trial import curve_tag
+
+        client.set_tag(rid, keys.TAG_CURVE, curve_tag({
+            "step": list(range(1, 9)), "tokens": tokens.tolist(), "val_loss": loss.tolist()}))
     client.set_terminated(rid, status=mlflow_status)
 
 
@@ -63,9 +69,10 @@ def store(tmp_path_factory) -> str:
     parent = client.create_run(exp, tags={keys.TAG_KIND: "sweep", keys.TAG_SWEEP: "demo"})
     for b, budget in enumerate(BUDGETS):
         for s, n in enumerate(SIZES):
-            # One run without the curve artifact: the loader falls back to metric history.
+            # One run without the curve artifact: the loader falls back to metric history;
+            # one with the curve as a tag only: the loader reads it without a download.
             _log_run(client, exp, parent.info.run_id, run_id=f"b{b}s{s}", n=n, budget=budget,
-                     artifact=(b, s) != (0, 0))
+                     artifact=(b, s) not in ((0, 0), (0, 2)), inline=(b, s) == (0, 2))
     _log_run(client, exp, parent.info.run_id, run_id="div", n=2e5, budget=BUDGETS[0],
              status="diverged", tags={keys.TAG_DIVERGED_STEP: "120"})
     _log_run(client, exp, parent.info.run_id, run_id="oom", n=2e5, budget=BUDGETS[1],
@@ -129,6 +136,36 @@ def test_curves_come_from_the_artifact_or_the_metric_history(sweep):
     np.testing.assert_allclose(from_history["tokens"], np.linspace(d / 8, d, 8))
     np.testing.assert_allclose(from_history["loss"].iloc[-1],
                                LAW.loss(np.array(SIZES[0]), np.array(d)))
+
+
+def test_an_inline_curve_comes_with_the_run_and_needs_no_download(store, monkeypatch):
+    from mlflow import MlflowClient
+
+    downloads: list[str] = []
+    real = MlflowClient.download_artifacts
+
+    def counting(self, run_id, *args, **kwargs):
+        downloads.append(run_id)
+        return real(self, run_id, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "download_artifacts", counting)
+    data = load_sweep("demo", tracking_uri=store, log=lambda _: None)
+    inline = data.curves[data.curves["run_id"] == "b0s2"].sort_values("step")
+    d = BUDGETS[0] / (6 * SIZES[2])
+    np.testing.assert_allclose(inline["tokens"], np.linspace(d / 8, d, 8))
+    np.testing.assert_allclose(inline["loss"].iloc[-1], LAW.loss(np.array(SIZES[2]), np.array(d)))
+    assert len(downloads) == len(data.runs.frame) - 1  # every run but the inline one
+
+
+def test_a_curve_too_long_for_a_tag_stays_an_artifact_only():
+    from pipeline.trial import curve_tag
+
+    short = {"step": [1, 2], "tokens": [128.0, 256.0], "val_loss": [5.5, 4.25], "lr": [1.0]}
+    assert json.loads(curve_tag(short)) == {k: short[k] for k in ("step", "tokens", "val_loss")}
+    steps = list(range(1, 400))
+    long = {"step": steps, "tokens": [s * 1024.0 for s in steps],
+            "val_loss": [1.0 + 1 / s for s in steps]}
+    assert curve_tag(long) is None  # > keys.CURVE_TAG_MAX_CHARS: MLflow would refuse the tag
 
 
 def test_unknown_sweep_names_the_store(store):

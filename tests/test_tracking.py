@@ -177,6 +177,8 @@ def test_execute_trial_records_a_finished_run(
     assert [p.step for p in history] == curve["step"]
     assert [p.value for p in history] == pytest.approx(curve["val_loss"])
     assert curve["val_loss"][-1] == pytest.approx(out["final_val_loss"])
+    inline = json.loads(client.get_run(rec.mlflow_run_id).data.tags[keys.TAG_CURVE])
+    assert inline == {k: curve[k] for k in ("step", "tokens", "val_loss")}  # the same curve
     train_hist = client.get_metric_history(rec.mlflow_run_id, keys.TRAIN_LOSS)
     assert sorted(p.step for p in train_hist) == [10, 20, 30, 40]
 

@@ -153,15 +153,30 @@ def _no_progress_bars() -> Iterator[None]:
             os.environ[name] = old
 
 
+def _inline_curve(run: object) -> dict | None:
+    """The curve the run carries as a tag (keys.TAG_CURVE), None when it has none."""
+    text = run.data.tags.get(keys.TAG_CURVE)
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        return data if len(data["step"]) == len(data["tokens"]) == len(data["val_loss"]) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _curve(client: object, run: object) -> pd.DataFrame | None:
-    """The run's eval curve: the curve.json artifact, else the metric history."""
+    """The run's eval curve: its tag (already loaded with the run: no round trip), else the
+    curve.json artifact, else the metric history (runs logged before either existed)."""
     from mlflow.exceptions import MlflowException
 
     rid = run.info.run_id
     try:
-        with tempfile.TemporaryDirectory() as tmp, _no_progress_bars():
-            path = client.download_artifacts(rid, keys.CURVE_ARTIFACT, tmp)
-            data = json.loads(Path(path).read_text())
+        data = _inline_curve(run)
+        if data is None:
+            with tempfile.TemporaryDirectory() as tmp, _no_progress_bars():
+                path = client.download_artifacts(rid, keys.CURVE_ARTIFACT, tmp)
+                data = json.loads(Path(path).read_text())
         frame = pd.DataFrame({"step": data["step"], "tokens": data["tokens"],
                               "loss": data["val_loss"]})
     except (MlflowException, OSError, KeyError, ValueError, TypeError):

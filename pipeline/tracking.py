@@ -269,20 +269,35 @@ class MLflowTracker:
         self.run_id = mlflow_run_id
         self._buffer: list[Metric] = []
         self._flush_every = flush_every
+        # Steps already in the store per metric key, read once per key on a retried attempt
+        # (None on a first attempt: nothing to skip). A resumed run logs again the steps
+        # between its checkpoint and the point where the last attempt ended; MLflow would
+        # keep both copies (their timestamps differ), so the history would hold two points
+        # for one step.
+        self._stored: dict[str, set[int]] | None = None
 
     def start_attempt(self) -> int:
         """Mark the run RUNNING and count this attempt (a tag, visible in the UI)."""
         run = self.client.get_run(self.run_id)
         attempts = int(run.data.tags.get(keys.TAG_ATTEMPTS, "0") or 0) + 1
+        self._stored = {} if attempts > 1 else None
         self.client.update_run(self.run_id, status="RUNNING")
         self.set_tags({keys.TAG_ATTEMPTS: str(attempts), keys.TAG_STATUS: keys.STATUS_RUNNING})
         return attempts
 
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)
+        if self._stored is not None:
+            metrics = {k: v for k, v in metrics.items() if step not in self._stored_steps(k)}
         self._buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
         if len(self._buffer) >= self._flush_every:
             self.flush()
+
+    def _stored_steps(self, key: str) -> set[int]:
+        if key not in self._stored:
+            history = self.client.get_metric_history(self.run_id, key)
+            self._stored[key] = {m.step for m in history}
+        return self._stored[key]
 
     def flush(self) -> None:
         while self._buffer:

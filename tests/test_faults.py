@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import errno
+import json
 import os
 import re
 import shutil
@@ -46,6 +47,7 @@ from typing import Any
 
 import pytest
 from mlflow import MlflowClient
+from servers import MlflowServer
 
 from pipeline import checkpoint, keys
 from pipeline.config import load_sweep
@@ -299,6 +301,11 @@ class SweepDir:
             return {}
         runs = client.search_runs([exp.experiment_id], f"tags.{keys.TAG_KIND} = 'trial'")
         return {r.data.tags[keys.TAG_RUN_ID]: r for r in runs}
+
+    def metric_steps(self, run: Any, key: str) -> list[int]:
+        """The steps of a child run's history of `key`, in order, repeats kept."""
+        client = MlflowClient(tracking_uri=self.uri)
+        return sorted(p.step for p in client.get_metric_history(run.info.run_id, key))
 
     def poll_trials(self) -> dict[str, Any]:
         try:
@@ -557,9 +564,69 @@ def test_killed_worker_is_retried_and_resumes(
     resumed = int(runs[victim].data.tags[keys.TAG_RESUMED_FROM])
     assert resumed >= seen and resumed % 25 == 0
     assert runs[victim].data.tags["worker_pid"] != str(pid)  # the retry ran in a new worker
+    # Every run's history, the victim's too: one point per logged step, none lost, none
+    # doubled (metrics are flushed before each checkpoint, the retry skips stored steps).
+    for rid, run in runs.items():
+        steps = sd.specs[rid].steps
+        assert sd.metric_steps(run, keys.TRAIN_LOSS) == sorted(
+            set(range(10, steps + 1, 10)) | {steps}), rid
+        curve = json.loads(run.data.tags[keys.TAG_CURVE])
+        assert sd.metric_steps(run, keys.VAL_LOSS) == curve["step"], rid
     assert sorted(sd.trainings()) == sorted(
         [(rid, 0) for rid in sd.specs] + [(victim, resumed)])
     assert sd.table() == reference
+
+
+# --- the tracking server killed --------------------------------------------------------------
+
+OUTAGE_S = 10.0  # the server is down this long, plus its restart (a few seconds)
+
+
+@pytest.mark.slow
+def test_tracking_server_killed_and_restarted_mid_sweep(
+    sweep_dir: Callable[[str], SweepDir], reference: dict[str, float], tmp_path: Path
+) -> None:
+    """The sweep's ledger is an `mlflow server` (on the sweep's sqlite file); it is SIGKILLed
+    while a run trains, and restarted on the same port and store OUTAGE_S later. MLflow's
+    client retries (7, exponential backoff from 2 s: about two minutes) carry the driver and
+    the trainers over the gap: the same invocation finishes, every run trained once, every
+    metric point in the store once, the losses those of the uninterrupted sweep."""
+    sd = sweep_dir(FAULTS_SWEEP)
+    server = MlflowServer(sd.db, tmp_path / "artifacts", tmp_path / "server.log")
+    server.start()
+    sd.uri = server.url
+    try:
+        proc = sd.start("--cpus", "2")
+
+        def training_mid_run() -> bool:
+            return any(_status(r) == keys.STATUS_RUNNING and sd.ckpts(rid)
+                       and sd.ckpts(rid)[-1] <= sd.specs[rid].steps // 2
+                       for rid, r in sd.poll_trials().items())
+
+        _wait_for("a checkpointed run in training", training_mid_run, proc)
+        server.kill()
+        down = time.monotonic()
+        time.sleep(OUTAGE_S)
+        assert proc.poll() is None, "the sweep ended while the server was down"
+        server.start()
+        outage = time.monotonic() - down
+        code, out = sd.finish(proc)
+        assert code == 0, out[-4000:]
+        runs = sd.trials()
+        assert set(runs) == set(sd.specs)
+        assert all(_status(r) == keys.STATUS_FINISHED for r in runs.values())
+        assert all(_attempts(r) == 1 for r in runs.values()), "a run was retried"
+        assert sorted(sd.trainings()) == sorted((rid, 0) for rid in sd.specs)
+        for rid, run in runs.items():
+            steps = sd.specs[rid].steps
+            assert sd.metric_steps(run, keys.TRAIN_LOSS) == sorted(
+                set(range(10, steps + 1, 10)) | {steps}), rid
+            curve = json.loads(run.data.tags[keys.TAG_CURVE])
+            assert sd.metric_steps(run, keys.VAL_LOSS) == curve["step"], rid
+        assert sd.table() == reference
+        assert outage >= OUTAGE_S
+    finally:
+        server.stop()
 
 
 # --- a run that raises -----------------------------------------------------------------------

@@ -262,6 +262,28 @@ def test_no_metric_point_is_lost(uri: str, client: MlflowClient) -> None:
     assert client.get_run(rec.mlflow_run_id).info.status == "FINISHED"
 
 
+def test_a_retried_attempt_logs_no_step_twice(uri: str, client: MlflowClient) -> None:
+    """A killed attempt flushed steps 1-5 (its checkpoint is at 3); the retry resumes at 3 and
+    logs 4-8 again: the store keeps one point per step, the first attempt's where both logged
+    one (a resumed run on CPU logs the same values; the timestamps would differ)."""
+    rec = Ledger(uri, "retried").create_trial(tiny_spec("retried"), parent_run_id=None)
+    first = MLflowTracker(uri, rec.mlflow_run_id)
+    assert first.start_attempt() == 1
+    for step in range(1, 6):
+        first.log_metrics({"m": float(step), "n": -float(step)}, step)
+    first.flush()  # then SIGKILLed: no end()
+    retry = MLflowTracker(uri, rec.mlflow_run_id)
+    assert retry.start_attempt() == 2
+    for step in range(4, 9):
+        retry.log_metrics({"m": step + 0.5, "n": -float(step)}, step)
+    retry.end(keys.STATUS_FINISHED)
+    history = client.get_metric_history(rec.mlflow_run_id, "m")
+    assert sorted((p.step, p.value) for p in history) == [
+        (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0), (5, 5.0), (6, 6.5), (7, 7.5), (8, 8.5)]
+    assert sorted(p.step for p in client.get_metric_history(rec.mlflow_run_id, "n")) == \
+        list(range(1, 9))
+
+
 # --- the single-run CLI ----------------------------------------------------------------------
 
 CLI_ARGS = ["--family", "gpt", "--n-layer", "1", "--d-model", "16", "--tokens", "2e4",

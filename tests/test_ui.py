@@ -14,11 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from servers import MlflowServer
 
 from pipeline import flops, keys
 from pipeline.ledger import ui
@@ -33,12 +31,6 @@ from pipeline.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(base: str, path: str, **query: str) -> dict:
@@ -57,38 +49,12 @@ def _post(base: str, path: str, body: dict) -> dict:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
     """`mlflow server` on a free loopback port, artifacts proxied; stopped by its PID."""
-    port = _free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    exe = Path(sys.executable).parent / "mlflow"
-    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - closed right after the spawn
-    proc = subprocess.Popen(
-        [str(exe), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "artifacts")],
-        cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    log.close()
-    base = f"http://127.0.0.1:{port}"
+    srv = MlflowServer(tmp_path / "server.db", tmp_path / "artifacts", tmp_path / "server.log")
+    srv.start()
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not answer in 120 s"
-            time.sleep(0.5)
-        yield base
+        yield srv.url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        srv.stop()
 
 
 @pytest.mark.slow

@@ -42,6 +42,7 @@ class Tracker(Protocol):
     def log_summary(self, metrics: dict[str, float]) -> None: ...
     def set_tags(self, tags: dict[str, str]) -> None: ...
     def log_dataset(self, record: dict[str, str]) -> None: ...
+    def flush(self) -> None: ...
 
 
 class NullTracker:
@@ -64,6 +65,9 @@ class NullTracker:
 
     def log_dataset(self, record: dict[str, str]) -> None:
         self.datasets.append(dict(record))
+
+    def flush(self) -> None:
+        pass  # nothing is buffered
 
 
 @dataclass
@@ -189,6 +193,9 @@ class _Run:
         folder = self.checkpoint_dir if folder is None else folder
         if folder is None:
             return
+        # Metrics up to `step` reach the store before the checkpoint of `step` exists: a run
+        # resumed from it logs only later steps, so no point is lost between the two.
+        self.tracker.flush()
         checkpoint.save(folder, step, {
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(), "step": step, "curve": self.curve, "wall_s": wall,
@@ -362,7 +369,9 @@ def train(
         window[step - window_start] = loss.detach()
         done = step + 1
         ci = spec.exec.checkpoint_interval
-        end_of_window = done - window_start == log_every or done == spec.steps
+        # Windows end at multiples of log_every (and at the last step), counted from step 0:
+        # a resumed attempt logs train metrics at the same steps as an uninterrupted run.
+        end_of_window = done % log_every == 0 or done == spec.steps
         eval_due = done % eval_every == 0 and done != spec.steps
         checkpoint_due = ci > 0 and done % ci == 0 and done != spec.steps
         if end_of_window or eval_due or checkpoint_due:

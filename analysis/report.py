@@ -41,6 +41,7 @@ from analysis.reporting.sections import ReportInput, build
 from analysis.runs.export import FILE_NAME as EXPORT_FILE
 from analysis.runs.export import export_name, to_json_dict, write_export
 from analysis.schema import analysis_to_json
+from pipeline.data.files import DiskFullError, disk_full
 from pipeline.ledger.store import folder_problem
 
 DEFAULT_BOOTSTRAP = 400
@@ -132,11 +133,17 @@ def check_target(out: Path, marker: str = "report.md", what: str = "report") -> 
                           "refusing to replace it: give an empty or new folder with --out")
 
 
+def _folder_bytes(folder: Path) -> int:
+    """Bytes of the files under folder (what a report had written when the disk filled)."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
 @contextmanager
 def staged_folder(target: Path) -> Iterator[Path]:
     """A temporary folder next to ``target`` that replaces it when the block succeeds.
 
-    On any exception the temporary folder is removed and ``target`` is untouched. The swap
+    On any exception the temporary folder is removed and ``target`` is untouched (a full
+    disk is a ReportError naming the bytes written and free). The swap
     is two renames on one file system (old aside, new in), then the old folder is removed.
     """
     try:
@@ -146,7 +153,13 @@ def staged_folder(target: Path) -> Iterator[Path]:
         raise ReportError(f"cannot write to {target}: {e.strerror or e} "
                           f"({e.filename or target.parent})") from e
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as e:
+            full = disk_full(e, target, _folder_bytes(tmp), at_least=True)
+            if isinstance(full, DiskFullError):  # the old report stays as it was
+                raise ReportError(f"{full.strerror}; {target} is unchanged") from e
+            raise
         tmp.chmod(0o755)
         old = None
         if target.exists():

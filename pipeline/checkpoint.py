@@ -5,20 +5,23 @@ Layout in a run's folder:
   step_00000120.pt.sha256 hex digest of the .pt file, written after it (its presence = complete)
 Each file is written to a temporary name in the same folder, fsynced, then os.replace'd, so a
 reader sees either the old state or the new one. The two newest good checkpoints are kept:
-if the newest is corrupt, the run restarts from the previous one (with a warning).
+if the newest is corrupt, the run restarts from the previous one (with a warning). A full disk
+fails the run with the bytes the checkpoint needed (pipeline.data.files.DiskFullError) and
+leaves the earlier checkpoints as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
-import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 
 import torch
+
+from pipeline.data.files import _atomic_write
 
 KEEP = 2
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
@@ -28,31 +31,20 @@ class CheckpointError(RuntimeError):
     """The checkpoint folder cannot be written (read-only, disk full, ...)."""
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save(folder: str | Path, step: int, payload: dict) -> Path:
     """Write payload as the checkpoint of `step`; prune all but the KEEP newest up to it."""
     folder = Path(folder)
+    path = folder / f"step_{step:08d}.pt"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         buf = io.BytesIO()
         torch.save(payload, buf)
         data = buf.getvalue()
-        path = folder / f"step_{step:08d}.pt"
         _atomic_write(path, data)
         _atomic_write(path.with_name(path.name + ".sha256"), hashlib.sha256(data).hexdigest().encode())
     except OSError as e:
+        with contextlib.suppress(OSError):  # without its checksum it is never read: free it
+            path.unlink(missing_ok=True)
         raise CheckpointError(f"cannot write checkpoint for step {step} in {folder}: {e}") from e
     # Keep the KEEP newest up to this step. Later ones are from an abandoned timeline (skipped
     # as corrupt, or a run restarted from scratch): kept, they would make this save prune the

@@ -115,7 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         # A streamed dataset is prepared at launch, not for a plan: its D is checked then.
         console.print("note: data.max_epochs is checked at launch for a Hugging Face corpus")
         return _dry_run(cfg, plan, args, slots)
-    data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
+    from pipeline.data.files import DiskFullError
+
+    try:
+        data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
+    except DiskFullError as e:  # the token store: nothing partial is kept
+        print(f"error: {args.sweep_file}: {e.strerror}", file=sys.stderr)
+        return 2
     if problem := repetition_problem(plan.specs, len(data.train), cfg.data.max_epochs,
                                      args.sweep_file):
         print(f"error: {problem}", file=sys.stderr)

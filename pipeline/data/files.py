@@ -3,8 +3,10 @@ between processes building the same cache, and file checksums."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,27 +14,67 @@ from pathlib import Path
 from typing import BinaryIO
 
 
+class DiskFullError(OSError):
+    """No space left on the disk (or quota) a file was being written to. The message names
+    the file, the bytes it needed and the bytes free; nothing partial was left behind."""
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(err: OSError, path: Path, needed: int, *, at_least: bool = False) -> OSError:
+    """err as a DiskFullError naming path, the bytes needed and free, when the disk is full;
+    any other error as it is. at_least: `needed` is what was written when it ran out (the
+    whole size was not known in advance)."""
+    if err.errno not in _FULL:
+        return err
+    try:
+        free = f"{shutil.disk_usage(path.parent).free:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    size = f"more than {needed:,}" if at_least else f"{needed:,}"
+    return DiskFullError(err.errno, f"no space left on the disk to write {path}: "
+                                    f"{size} bytes needed, {free}")
+
+
 @contextmanager
 def _atomic_file(path: Path) -> Iterator[BinaryIO]:
     """Write to a temp file in path's folder, fsync, then rename over path: readers see the
-    old file or the complete new one, never a partial one (a crash leaves only a .tmp-*)."""
+    old file or the complete new one, never a partial one (a crash leaves only a .tmp-*).
+    A full disk raises DiskFullError (the temp file removed, the old file intact)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.tmp-")
+    written = 0
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
+            written = f.tell()
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        written = written or _size(tmp)
+        Path(tmp).unlink(missing_ok=True)
+        raise disk_full(e, path, written, at_least=True) from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def _atomic_write(path: Path, data: bytes) -> str:
     """Atomically write `data` to `path`; returns its sha256 hex."""
-    with _atomic_file(path) as f:
-        f.write(data)
+    try:
+        with _atomic_file(path) as f:
+            f.write(data)
+    except DiskFullError as e:  # the size is known here: say it exactly
+        raise disk_full(e, path, len(data)) from e.__cause__
     return hashlib.sha256(data).hexdigest()
 
 

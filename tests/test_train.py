@@ -7,6 +7,7 @@ $SCALING_CACHE_DIR points to a tmp folder, so nothing is written outside pytest'
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterator
@@ -436,6 +437,25 @@ def test_a_new_timeline_replaces_stale_later_checkpoints(tmp_path: Path) -> None
     assert ckpt_steps(tmp_path) == [10, 20]
     state = checkpoint.load_latest(tmp_path)
     assert state is not None and state["step"] == 20
+
+
+def test_a_checkpoint_of_another_run_or_other_tokens_is_refused(
+    data: TokenData, tmp_path: Path
+) -> None:
+    spec = make_spec(steps=20, checkpoint_interval=10)
+    with pytest.raises(Interrupt):
+        train(spec, data=data, checkpoint_dir=tmp_path, on_step=interrupt_at(15))
+    other = make_spec(steps=20, checkpoint_interval=10, seed=1)
+    assert other.run_id != spec.run_id
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=f"is of run {spec.run_id}, not {other.run_id}: refusing"):
+        train(other, data=data, checkpoint_dir=tmp_path)
+    retokenised = dataclasses.replace(data, fingerprint="0" * 64)
+    with pytest.raises(checkpoint.CheckpointError,
+                       match=f"trained on tokens {data.fingerprint[:12]}, this run's are "
+                             "000000000000: refusing"):
+        train(spec, data=retokenised, checkpoint_dir=tmp_path)
+    assert train(spec, data=data, checkpoint_dir=tmp_path).resumed_from == 10  # its own: fine
 
 
 def test_checkpoint_into_an_unwritable_place_raises_checkpoint_error(tmp_path: Path) -> None:

@@ -184,6 +184,8 @@ class _Run:
     last_train_loss: float = math.nan
     wall_before: float = 0.0
     """Wall seconds of the attempts before this one (from the checkpoint resumed)."""
+    data_fingerprint: str = ""
+    """The tokens' fingerprint, saved in every checkpoint and checked on resume."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -200,6 +202,7 @@ class _Run:
             "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(), "step": step, "curve": self.curve, "wall_s": wall,
             "train_loss": self.last_train_loss, "run_id": self.spec.run_id,
+            "data_fingerprint": self.data_fingerprint,
         })
 
     def record_train(self, step: int, lr: float, tokens_per_s: float) -> None:
@@ -223,6 +226,22 @@ class _Run:
         self.tracker.log_metrics({keys.VAL_LOSS_BY_TOKENS: val}, tokens)
         return val
 
+    def _check_identity(self, state: dict, folder: str | Path | None,
+                        run_id: str | None) -> None:
+        """A checkpoint of another run (run_id given), or one trained on other tokens, is
+        refused: resuming from it would pass its training off as this run's. Checkpoints
+        written before a field existed lack it and are not checked on it."""
+        found = state.get("run_id")
+        if run_id is not None and found is not None and found != run_id:
+            raise checkpoint.CheckpointError(
+                f"the checkpoint in {folder} is of run {found}, not {run_id}: refusing to "
+                "resume from it (move it away, or give the run its own --checkpoint-dir)")
+        tokens = state.get("data_fingerprint")
+        if tokens and self.data_fingerprint and tokens != self.data_fingerprint:
+            raise checkpoint.CheckpointError(
+                f"the checkpoint in {folder} was trained on tokens {tokens[:12]}, this run's "
+                f"are {self.data_fingerprint[:12]}: refusing to resume from it")
+
     def restore(self, resume: bool, branch_dir: str | Path | None) -> int | None:
         """Load the newest checkpoint (resume), else a WSD branch's trunk state; returns its
         step (None: nothing to load) and sets curve, train loss and wall_before."""
@@ -231,8 +250,12 @@ class _Run:
             # Loaded on the CPU: torch.set_rng_state needs a CPU tensor (a CUDA map_location
             # broke resuming on GPUs); load_state_dict moves model and optimizer state over.
             state = checkpoint.load_latest(self.checkpoint_dir, map_location="cpu")
+        if state is not None:
+            self._check_identity(state, self.checkpoint_dir, self.spec.run_id)
         if state is None and branch_dir is not None:
             state = _branch_state(branch_dir, self.spec)  # a WSD branch starts from its trunk
+            if state is not None:
+                self._check_identity(state, branch_dir, None)
         if state is None:
             return None
         self.model.load_state_dict(state["model"])
@@ -349,7 +372,8 @@ def train(
     run = _Run(spec, tracker, model, make_optimizer(model, spec, device), device,
                evals=eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches,
                                   device=device),
-               bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir)
+               bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir,
+               data_fingerprint=data.fingerprint)
     tokens_per_step = run.tokens_per_step
     eval_every = t.resolved_eval_interval(spec.steps)
     log_every = max(1, spec.exec.log_interval)

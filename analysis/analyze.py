@@ -13,11 +13,12 @@ report can show everything that was and was not possible with this sweep.
 
 What is fitted (``analysis.runs.selection``): held-out runs never are; when the sweep has cosine
 and WSD runs only the cosine runs are; seed replicates are averaged into one point per cell
-first. Around the fits: whether the approaches agree on a (``analysis.checks.agreement``), the
-run-to-run noise from the replicates (``analysis.checks.noise``), the residuals against it
-(``analysis.checks.residuals``), the held-out predictions (``analysis.checks.heldout``), the refits under
-other N/C conventions (``analysis.checks.conventions``) and the WSD-vs-cosine pairs
-(``analysis.checks.schedules``).
+first (their final losses, and their curves for the fits that read curves). Around the fits:
+whether the approaches agree on a (``analysis.checks.agreement``), the run-to-run noise from
+the replicates (``analysis.checks.noise``), the residuals against it
+(``analysis.checks.residuals``), the held-out predictions (``analysis.checks.heldout``), the
+refits under other N/C conventions (``analysis.checks.conventions``) and the WSD-vs-cosine
+pairs (``analysis.checks.schedules``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ from analysis.checks.agreement import PAIRS, Agreement, compare_approaches
 from analysis.checks.conventions import ConventionTable, compare_conventions
 from analysis.checks.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
 from analysis.checks.heldout import HoldoutCheck, check_holdout
-from analysis.checks.noise import NoiseEstimate, NoiseSplit, estimate_noise, split_by_optimum
+from analysis.checks.noise import (
+    NoiseEstimate,
+    NoiseSplit,
+    collapse_curves,
+    estimate_noise,
+    split_by_optimum,
+)
 from analysis.checks.propagation import propagate_noise_approach2
 from analysis.checks.published import ComparisonRow, compare
 from analysis.checks.residuals import (
@@ -142,7 +149,9 @@ def analyze(
     sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
     with single_threaded_blas(), worker_pool(n_jobs):  # one pool of workers for every fit
-        fits = fit_all(FitInput(runs, curves, ref, bootstrap, seed, n_jobs), wanted, progress)
+        fitted_curves = collapse_curves(selection.replicates, curves)  # seeds averaged
+        fits = fit_all(FitInput(runs, fitted_curves, ref, bootstrap, seed, n_jobs), wanted,
+                       progress)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
         verdict = judge_laws(fits, runs, selection.holdout, sigma)

@@ -6,10 +6,16 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis.analyze import Skipped, analyze
-from analysis.checks.noise import collapse_replicates, estimate_noise, replicate_groups
+from analysis.checks.noise import (
+    collapse_curves,
+    collapse_replicates,
+    estimate_noise,
+    replicate_groups,
+)
 from analysis.checks.residuals import approach3_residuals, expected_rms
 from analysis.checks.verdict import LAWS
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
@@ -85,6 +91,26 @@ def test_collapse_averages_a_cell_into_its_lowest_seed_row():
     assert frame.loc["r1", "loss_std"] == pytest.approx(0.3)
     assert np.isnan(frame.loc["r3", "loss_std"])
     assert len(runs) == 4  # the input table is not modified
+
+
+def test_curves_of_a_cell_are_averaged_under_its_kept_run_id():
+    runs = _table([3.0, 3.3, 3.6, 2.5], [2, 0, 1, 0], n=[1e6, 1e6, 1e6, 2e6])
+    rows = []
+    for rid, shift in (("r0", 0.3), ("r1", 0.0), ("r2", 0.6), ("r3", -1.0)):
+        for step, tokens in ((1, 100.0), (2, 200.0), (3, 300.0)):
+            rows.append((rid, step, tokens, 5.0 - step + shift))
+    rows.append(("r0", 4, 400.0, 9.9))  # evaluated by one seed only: not a mean, dropped
+    curves = pd.DataFrame(rows, columns=["run_id", "step", "tokens", "loss"])
+    out = collapse_curves(runs, curves)
+    kept = out[out["run_id"] == "r1"].sort_values("tokens")
+    assert kept["tokens"].tolist() == [100.0, 200.0, 300.0]
+    assert kept["step"].tolist() == [1, 2, 3]
+    assert kept["loss"].tolist() == pytest.approx([4.3, 3.3, 2.3])  # mean shift 0.3
+    assert set(out["run_id"]) == {"r1", "r3"}  # r0 and r2 merged into r1
+    assert out[out["run_id"] == "r3"]["loss"].tolist() == [3.0, 2.0, 1.0]  # alone: as it was
+    assert list(out.columns) == list(curves.columns)
+    assert len(curves) == 13  # the input is not modified
+    assert collapse_curves(runs, None) is None
 
 
 def test_fits_count_cells_not_seeds(runs, result):

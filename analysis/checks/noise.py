@@ -194,7 +194,8 @@ def collapse_replicates(runs: RunsTable) -> RunsTable:
 
     Adds ``n_seeds`` (runs averaged into the row) and ``loss_std`` (their sample standard
     deviation; NaN for a single run). The row of a group is its lowest seed's row otherwise
-    (run_id, curve, C...): the runs of a cell share N, D and C by definition.
+    (run_id, C...): the runs of a cell share N, D and C by definition. Their curves are
+    averaged under that run_id by collapse_curves.
     """
     frame = runs.frame.reset_index(drop=True)  # positions = labels below (a new frame)
     frame["n_seeds"] = 1
@@ -214,3 +215,32 @@ def collapse_replicates(runs: RunsTable) -> RunsTable:
     if not drop:
         return runs.with_frame(frame)
     return runs.with_frame(frame.drop(index=drop).reset_index(drop=True))
+
+
+def collapse_curves(runs: RunsTable, curves: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The eval curves with each replicate group's seeds averaged, as collapse_replicates
+    averages their final losses: under the run_id of the row it keeps (the lowest seed's),
+    the mean loss at each token count that every seed of the group evaluated (the runs of a
+    cell share their eval schedule). Curves of other runs are unchanged. Without this, a
+    cell's curve would be one seed's while its final loss is the mean of all of them."""
+    groups = replicate_groups(runs)
+    if curves is None or curves.empty or not groups:
+        return curves
+    ids = runs.frame["run_id"].astype(str).to_numpy()
+    seeds = runs.values("seed").to_numpy()
+    curves = curves.assign(run_id=curves["run_id"].astype(str))
+    merged: set[str] = set()
+    parts = []
+    for rows in groups:
+        members = set(ids[rows])
+        sub = curves[curves["run_id"].isin(members)]
+        seen = sub.groupby("tokens")["run_id"].nunique()
+        common = sub[sub["tokens"].isin(seen.index[seen == len(members)])]
+        mean = common.groupby("tokens", as_index=False).agg(step=("step", "first"),
+                                                             loss=("loss", "mean"))
+        mean["run_id"] = ids[rows[np.argmin(seeds[rows])]]
+        parts.append(mean.reindex(columns=curves.columns))
+        merged |= members
+    rest = curves[~curves["run_id"].isin(merged)]
+    return pd.concat([rest, *parts], ignore_index=True)
+

@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     if vocab is None:  # chars: the vocabulary depends on the corpus
         from pipeline.data import load_data
 
-        vocab = _data_for(cfg, args.sweep_file, load_data).vocab_size
+        if (chars := _data_for(cfg, args.sweep_file, load_data)) is None:
+            return 2
+        vocab = chars.vocab_size
     plan = expand(cfg, args.sweep_file, vocab)
     if not plan.specs:
         print(f"error: {args.sweep_file}: the sweep has no buildable run "
@@ -115,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         # A streamed dataset is prepared at launch, not for a plan: its D is checked then.
         console.print("note: data.max_epochs is checked at launch for a Hugging Face corpus")
         return _dry_run(cfg, plan, args, slots)
-    from pipeline.data.files import DiskFullError
-
-    try:
-        data = _data_for(cfg, args.sweep_file, load_data)  # built once, here, before any worker
-    except DiskFullError as e:  # the token store: nothing partial is kept
-        print(f"error: {args.sweep_file}: {e.strerror}", file=sys.stderr)
+    if (data := _data_for(cfg, args.sweep_file, load_data)) is None:  # once, before any worker
         return 2
     if problem := repetition_problem(plan.specs, len(data.train), cfg.data.max_epochs,
                                      args.sweep_file):
@@ -227,9 +224,16 @@ def _refuse_repetition(h_plan: Plan, cfg: SweepConfig, train_tokens: int, sweep_
 
 
 def _data_for(cfg: SweepConfig, sweep_file: str, load_data):
-    """The sweep's tokens, built once here (a first build of a corpus says what it does)."""
-    return load_data(data_spec_for(cfg, sweep_file),
-                     progress=lambda line: console.print(f"data: {line}"))
+    """The sweep's tokens, built once here (a first build of a corpus says what it does);
+    None, after one line on stderr, when the disk cannot hold them (nothing partial is kept)."""
+    from pipeline.data.files import DiskFullError
+
+    try:
+        return load_data(data_spec_for(cfg, sweep_file),
+                         progress=lambda line: console.print(f"data: {line}"))
+    except DiskFullError as e:
+        print(f"error: {sweep_file}: {e.strerror}", file=sys.stderr)
+        return None
 
 
 def _report(name: str, uri: str, sweep_file: str) -> str | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from servers import MlflowServer
 
 from pipeline import keys
 
@@ -191,21 +192,38 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
     assert not client.search_registered_models()
 
 
-def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path) -> None:
-    """Two terminals, one folder (one sqlite ledger), started 1 s apart: each run is trained
-    by one of them (its lease), the other waits for it and reads its result; both exit 0
-    with the same table. Before leases every run was trained twice."""
+@pytest.mark.parametrize("store", ["sqlite", "server"])
+def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str) -> None:
+    """Two terminals, one folder, started 1 s apart, on one sqlite ledger or on an `mlflow
+    server` (over that sqlite file): each run is trained by one of them (its lease), the
+    other waits for it and reads its result; both exit 0 with the same table. Before leases
+    every run was trained twice."""
     text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [6e9, 1.2e10]")
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(text)
     cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "1", "--no-report"]
+    server = None
+    if store == "server":
+        server = MlflowServer(tmp_path / "mlflow.db", tmp_path / "artifacts",
+                              tmp_path / "server.log")
+        server.start()
     drivers = []
-    for i, delay in enumerate((0, 1)):
-        time.sleep(delay)
-        env = {**_env(tmp_path), "RAY_TMPDIR": str(Path(os.environ["RAY_TMPDIR"]) / f"d{i}")}
-        drivers.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True))
-    outs = [d.communicate(timeout=400) for d in drivers]
+    try:
+        for i, delay in enumerate((0, 1)):
+            time.sleep(delay)
+            env = {**_env(tmp_path), "RAY_TMPDIR": str(Path(os.environ["RAY_TMPDIR"]) / f"d{i}")}
+            if server is not None:
+                env["MLFLOW_TRACKING_URI"] = server.url
+            drivers.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True))
+        outs = [d.communicate(timeout=400) for d in drivers]
+    finally:
+        for d in drivers:
+            if d.poll() is None:
+                d.kill()
+                d.communicate()
+        if server is not None:
+            server.stop()
     for d, (out, err) in zip(drivers, outs, strict=True):
         assert d.returncode == 0, out[-3000:] + err[-3000:]
     runs = _trials(tmp_path, "tiny")

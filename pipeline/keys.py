@@ -44,6 +44,7 @@ TAG_SWEEP_RUN = "sweep_run"  # on a child run: the MLflow id of its sweep's pare
 TAG_ATTEMPTS = "attempts"  # how many times this run_id was started
 TAG_DIVERGED_STEP = "diverged_at_step"
 TAG_RESUMED_FROM = "resumed_from_step"  # checkpoint step the last attempt started from
+TAG_STOPPED_AT = "stopped_at_step"  # step an attempt stopped on request at (and checkpointed)
 TAG_DATA_FINGERPRINT = "data_fingerprint"  # sha256 of corpus + tokenizer + split: the tokens
 TAG_CORPUS_FINGERPRINT = "corpus_fingerprint"  # sha256 of the corpus files alone
 TAG_ERROR = "error"  # one-line reason of a failure (the traceback is an artifact)

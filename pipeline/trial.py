@@ -4,18 +4,25 @@ Shared by the sweep's Ray tasks and the single-run CLI. The outcome is always re
   finished / diverged  -> MLflow status FINISHED, tag status=finished|diverged
   an exception         -> MLflow status FAILED, tag status=failed, traceback as an artifact
   KeyboardInterrupt    -> MLflow status KILLED (resumes from its checkpoint next time)
+A stop request (SIGINT in the worker: Ray's ray.cancel(force=False), which the sweep's driver
+sends when it is stopped, or Ctrl-C) is taken at the next step boundary: the run checkpoints
+that step and ends KILLED, so the next attempt loses no step (pipeline.train.Stopped).
 A worker process that dies (SIGKILL, node lost) records nothing: the run stays RUNNING and
 the sweep retries it, resuming from its last checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 
 import numpy as np
@@ -24,7 +31,7 @@ from pipeline import keys
 from pipeline.data import TokenData, load_data
 from pipeline.spec import RunSpec
 from pipeline.tracking import MLflowTracker
-from pipeline.train import train
+from pipeline.train import Stopped, train
 
 # Fault injection for tests (tests/test_faults.py): raise at this step of the given run_id.
 FAIL_ENV = "SCALING_INJECT_FAILURE"  # "<run_id>:<step>"
@@ -86,6 +93,30 @@ def _step_hooks(spec: RunSpec):
     return on_step
 
 
+@contextlib.contextmanager
+def stop_on_sigint() -> Iterator[Callable[[], bool] | None]:
+    """While training: SIGINT sets a flag that the training loop reads after each step, in
+    place of raising KeyboardInterrupt wherever the step happens to be (a model half-way
+    through an optimizer update cannot be checkpointed); a second SIGINT raises at once.
+    Outside the main thread, where
+    Python cannot set signal handlers, nothing changes (None)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    requested = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if requested.is_set():  # a second Ctrl-C: stop now, whatever the step is doing
+            raise KeyboardInterrupt
+        requested.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield requested.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: str,
                   data: TokenData | None = None, branch_dir: str | None = None) -> dict:
     """Train spec (resuming from checkpoint_dir; a WSD branch starting from the trunk's state
@@ -104,9 +135,13 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
                       "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset"),
                       "worker_pid": str(os.getpid())})
     try:
-        result = train(spec, tracker, checkpoint_dir=checkpoint_dir, resume=True,
-                       data=data, on_step=_step_hooks(spec), branch_dir=branch_dir)
-    except KeyboardInterrupt:
+        with stop_on_sigint() as stop_requested:
+            result = train(spec, tracker, checkpoint_dir=checkpoint_dir, resume=True,
+                           data=data, on_step=_step_hooks(spec), branch_dir=branch_dir,
+                           stop_requested=stop_requested)
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, Stopped) and stop.checkpointed:
+            tracker.set_tags({keys.TAG_STOPPED_AT: str(stop.step)})
         tracker.end(keys.STATUS_KILLED)
         raise
     except Exception as e:  # noqa: BLE001 - every failure is recorded, then reported

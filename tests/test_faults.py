@@ -577,6 +577,52 @@ def test_killed_worker_is_retried_and_resumes(
     assert sd.table() == reference
 
 
+# --- the driver stopped (SIGTERM) -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_runs_in_flight_at_their_current_step(
+    sweep_dir: Callable[[str], SweepDir], reference: dict[str, float]
+) -> None:
+    """A preemption (SIGTERM to the driver) mid-run: each run in flight is asked to stop
+    (ray.cancel without force: SIGINT in its worker), saves a checkpoint of the step it is
+    on, between the periodic ones, and ends killed; the driver exits 130 within the grace
+    period. The next invocation resumes each from exactly that step: nothing is trained
+    twice, and the losses are those of the uninterrupted sweep."""
+    sd = sweep_dir(FAULTS_SWEEP)
+    proc = sd.start("--cpus", "2")
+
+    def mid_run() -> bool:
+        return any(_status(r) == keys.STATUS_RUNNING and sd.ckpts(rid)
+                   and sd.ckpts(rid)[-1] <= sd.specs[rid].steps // 2
+                   for rid, r in sd.poll_trials().items())
+
+    _wait_for("a checkpointed run in training", mid_run, proc)
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)  # as `ray job stop` or a scheduler stops the driver
+    code, out = sd.finish(proc)
+    stopped_in = time.monotonic() - t0
+    assert code == 130, out[-4000:]
+    assert stopped_in < 30, stopped_in
+    stopped = {rid: int(r.data.tags[keys.TAG_STOPPED_AT]) for rid, r in sd.trials().items()
+               if keys.TAG_STOPPED_AT in r.data.tags}
+    assert stopped, out[-4000:]
+    for rid, step in stopped.items():
+        assert sd.ckpts(rid)[-1] == step  # the checkpoint of the step it stopped at
+    code, out = sd.run("--cpus", "2")
+    assert code == 0, out[-4000:]
+    runs = sd.trials()
+    assert all(_status(r) == keys.STATUS_FINISHED for r in runs.values())
+    for rid, step in stopped.items():
+        assert int(runs[rid].data.tags[keys.TAG_RESUMED_FROM]) == step
+        assert (rid, step) in sd.trainings()
+    for rid, run in runs.items():
+        n = sd.specs[rid].steps
+        assert sd.metric_steps(run, keys.TRAIN_LOSS) == sorted(
+            set(range(10, n + 1, 10)) | {n}), rid
+    assert sd.table() == reference
+
+
 # --- the tracking server killed --------------------------------------------------------------
 
 OUTAGE_S = 10.0  # the server is down this long, plus its restart (a few seconds)
@@ -835,7 +881,7 @@ def test_unwritable_checkpoints_fail_the_run_clearly_and_keep_the_ledger(
     if fault == "disk full":
         ckpt = tmp_path / "ckpt"
         _full_disk_at(20, monkeypatch)
-        reason = "[Errno 28] No space left on device"
+        reason = f"[Errno 28] no space left on the disk to write {ckpt / 'step_00000020.pt'}: "
     else:
         (tmp_path / "a-file").write_text("")
         ckpt = tmp_path / "a-file" / "ckpt"  # as root, chmod cannot make a folder read-only
@@ -846,6 +892,8 @@ def test_unwritable_checkpoints_fail_the_run_clearly_and_keep_the_ledger(
     assert out["status"] == keys.STATUS_FAILED
     assert out["error"].startswith(f"CheckpointError: cannot write checkpoint for step {step} "
                                    f"in {ckpt}: {reason}")
+    assert fault != "disk full" or re.search(r": [\d,]+ bytes needed, [\d,]+ bytes free$",
+                                             out["error"])
     run = MlflowClient(tracking_uri=uri).get_run(rec.mlflow_run_id)
     assert run.info.status == "FAILED"
     assert run.data.tags[keys.TAG_ERROR].startswith("CheckpointError: cannot write checkpoint")

@@ -23,7 +23,7 @@ from pipeline.flops import flops_per_token, params_non_embedding, params_total
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
-from pipeline.train import NullTracker, RunResult, make_optimizer, train
+from pipeline.train import NullTracker, RunResult, Stopped, make_optimizer, train
 
 DATA = DataSpec(max_bytes=300_000)
 LN_VOCAB = math.log(256)
@@ -219,6 +219,31 @@ def test_interrupted_and_resumed_run_equals_an_uninterrupted_one(
     assert resumed.final_val_loss == reference.final_val_loss
     assert resumed.curve == reference.curve
     assert resumed.final_train_loss == reference.final_train_loss
+
+
+def test_a_stop_request_checkpoints_the_current_step_and_resumes_from_it(
+    data: TokenData, tmp_path: Path
+) -> None:
+    """A preempted run (pipeline.trial.stop_on_sigint) stops after the step it is on, between
+    the periodic checkpoints, with a checkpoint of that step: nothing is trained twice, and
+    the resumed run equals the uninterrupted one exactly."""
+    spec = make_spec(steps=60, warmup_steps=5, checkpoint_interval=10)
+    reference = train(spec, data=data)
+    folder = tmp_path / "ckpt"
+    done = {"steps": 0}
+
+    def count(step: int) -> None:
+        done["steps"] = step
+
+    with pytest.raises(Stopped) as stopped:
+        train(spec, data=data, checkpoint_dir=folder, on_step=count,
+              stop_requested=lambda: done["steps"] >= 37)
+    assert stopped.value.step == 37 and stopped.value.checkpointed
+    assert ckpt_steps(folder) == [30, 37]
+    resumed = train(spec, data=data, checkpoint_dir=folder)
+    assert resumed.resumed_from == 37
+    assert resumed.final_val_loss == reference.final_val_loss
+    assert resumed.curve == reference.curve
 
 
 def test_resume_from_the_final_checkpoint_repeats_nothing(data: TokenData, tmp_path: Path) -> None:

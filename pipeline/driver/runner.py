@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from pipeline.tracking import Ledger
 
 POLL_S = 5.0  # how often runs held by another driver are looked up in the ledger
+STOP_GRACE_S = 20.0
+"""Seconds a stopping driver waits for its runs to checkpoint their current step (one step
+and one checkpoint: well under a second for the CPU studies, a few seconds on a GPU)."""
 
 
 def sigterm_as_interrupt() -> None:
@@ -53,16 +57,23 @@ def init_ray(address: str | None, cpus: int | None) -> None:
     import ray
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reporting
-    if address:
-        ray.init(address=address, log_to_driver=chatty())
-    else:
-        # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths:
-        # Ray's unix sockets must fit in 107 characters).
-        tmp = os.environ.get("RAY_TMPDIR")
-        ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
-                 _temp_dir=tmp or None, log_to_driver=chatty(),
-                 runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
-    sigterm_as_interrupt()
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=chatty())
+        else:
+            # Local: a private Ray instance; temp files under RAY_TMPDIR if set (short paths:
+            # Ray's unix sockets must fit in 107 characters).
+            tmp = os.environ.get("RAY_TMPDIR")
+            ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
+                     _temp_dir=tmp or None, log_to_driver=chatty(),
+                     runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
+    except SystemExit as e:  # SIGTERM while Ray starts: its own handler calls sys.exit(15)
+        if e.code != signal.SIGTERM:
+            raise
+        ray.shutdown()  # what had started goes with it
+        raise KeyboardInterrupt(f"signal {signal.SIGTERM}") from None
+    finally:
+        sigterm_as_interrupt()
 
 
 def slots_here(num_cpus: int, cpus: int | None) -> int:
@@ -274,20 +285,20 @@ class _Runner:
         # WSD branches wait for their trunk (the state they start from is saved as it trains);
         # a branch whose trunk is already in the ledger starts at once.
         in_todo = {spec.run_id for spec, _ in todo}
-        for spec, mlflow_run_id in todo:
-            if spec.exec.branch_from in in_todo:
-                self.waiting[spec.exec.branch_from].append((spec, mlflow_run_id))
-            else:
-                self.submit(spec, mlflow_run_id)
         try:
+            for spec, mlflow_run_id in todo:
+                if spec.exec.branch_from in in_todo:
+                    self.waiting[spec.exec.branch_from].append((spec, mlflow_run_id))
+                else:
+                    self.submit(spec, mlflow_run_id)
             self._loop()
         except KeyboardInterrupt:
-            self._mark_killed()
+            self._mark_killed(todo)
             raise
         finally:
-            if self.task is not None:
-                import ray
+            import ray
 
+            if ray.is_initialized():
                 ray.shutdown()
         self.ledger.mark(self.parent, keys.STATUS_FINISHED, "FINISHED")
         return self.results
@@ -312,17 +323,35 @@ class _Runner:
                 console.print(self.progress.line())
                 last_line = time.monotonic()
 
-    def _mark_killed(self) -> None:
-        """Ctrl-C: cancel the runs in flight; they and the branches waiting for a trunk are
-        marked killed, and resume from their checkpoints on the next invocation."""
+    def _mark_killed(self, todo: list[tuple[RunSpec, str]]) -> None:
+        """Ctrl-C or SIGTERM: ask the runs in flight to stop (each checkpoints the step it is
+        on and ends killed: pipeline.trial.stop_on_sigint), wait up to STOP_GRACE_S for them,
+        then cancel the rest outright; they, the runs not submitted yet and the branches
+        waiting for a trunk are marked killed, and resume from their checkpoints on the next
+        invocation."""
         import ray
 
-        say("[yellow]interrupted[/]: cancelling runs in flight; they are marked killed and "
-            "resume from their checkpoints on the next invocation")
-        for ref, (_spec, mlflow_run_id) in self.pending.items():
+        say("[yellow]interrupted[/]: stopping runs in flight; each saves a checkpoint of its "
+            "current step, is marked killed and resumes from it on the next invocation")
+        refs = list(self.pending)
+        for ref in refs:
+            ray.cancel(ref, force=False)  # SIGINT in the worker: a stop request
+        ended, late = ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE_S) \
+            if refs else ([], [])
+        for ref in late:
             ray.cancel(ref, force=True)
-            self.ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
-        for branches in self.waiting.values():
-            for _spec, mlflow_run_id in branches:
+        done = set()  # runs that ended on their own meanwhile keep their status
+        for ref in ended:
+            # A stopped run's result raises (Ray re-raises its KeyboardInterrupt): marked below.
+            with contextlib.suppress(Exception, KeyboardInterrupt):
+                if ray.get(ref).get("status") in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
+                    done.add(ref)
+        for ref, (_spec, mlflow_run_id) in self.pending.items():
+            if ref not in done:
+                self.ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
+        # Runs of this driver not submitted yet (stopped while Ray started): killed as well.
+        started = {spec.run_id for spec, _ in self.pending.values()} | set(self.results)
+        for spec, mlflow_run_id in todo:  # with the branches waiting for their trunk
+            if spec.run_id not in started:
                 self.ledger.mark(mlflow_run_id, keys.STATUS_KILLED, "KILLED")
         self.ledger.mark(self.parent, keys.STATUS_KILLED, "KILLED")

@@ -70,6 +70,17 @@ class NullTracker:
         pass  # nothing is buffered
 
 
+class Stopped(KeyboardInterrupt):
+    """The run stopped on request (train's stop_requested) after `step`, with a checkpoint of
+    that step when `checkpointed`. A KeyboardInterrupt: whoever ran it treats it as Ctrl-C
+    (the run is marked killed and resumes next time)."""
+
+    def __init__(self, step: int, *, checkpointed: bool) -> None:
+        super().__init__(f"stopped after step {step}" + (", checkpointed" if checkpointed
+                                                         else ""))
+        self.step, self.checkpointed = step, checkpointed
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -204,6 +215,14 @@ class _Run:
             "train_loss": self.last_train_loss, "run_id": self.spec.run_id,
             "data_fingerprint": self.data_fingerprint,
         })
+
+    def stop_at(self, step: int, wall: float, window: torch.Tensor) -> None:
+        """A stop request after `step`: checkpoint it (unless a loss of the current log window
+        is not finite: a diverging model is never saved) and raise Stopped."""
+        if bool(torch.isfinite(window).all()):
+            self.save_checkpoint(step, wall)
+            raise Stopped(step, checkpointed=self.checkpoint_dir is not None)
+        raise Stopped(step, checkpointed=False)
 
     def record_train(self, step: int, lr: float, tokens_per_s: float) -> None:
         tokens = step * self.tokens_per_step
@@ -352,6 +371,7 @@ def train(
     data: TokenData | None = None,
     on_step: Callable[[int], None] | None = None,
     branch_dir: str | Path | None = None,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Train one run to spec.steps steps (or until divergence) and return its result.
 
@@ -360,7 +380,9 @@ def train(
     no checkpoint of its own, the run starts from the trunk's state saved there at step
     spec.exec.branch_step (see branch_folder). on_step(step) is called after every
     optimizer step, once its eval and checkpoint (if due) are done (used by fault-injection
-    tests and progress reporting).
+    tests and progress reporting). When stop_requested() turns true (a preemption: the sweep
+    is stopping), the run saves a checkpoint of the step it has just finished and raises
+    Stopped, so the next attempt goes on from there.
     """
     tracker = tracker or NullTracker()
     t, cfg = spec.train, spec.model
@@ -423,8 +445,19 @@ def train(
                                 branch_folder(checkpoint_dir, done))
         if on_step is not None:  # after the step is recorded: a failure here loses nothing
             on_step(done)
+        if stop_requested is not None and done < spec.steps and stop_requested():
+            run.stop_at(done, wall_before + time.perf_counter() - t0,
+                        window[: done - window_start])
 
-    wall = wall_before + time.perf_counter() - t0
+    return _finish(run, data, wall_before + time.perf_counter() - t0, diverged_step,
+                   resumed_from)
+
+
+def _finish(run: _Run, data: TokenData, wall: float, diverged_step: int | None,
+            resumed_from: int | None) -> RunResult:
+    """The end of a run: its result, the final checkpoint and eval (unless it diverged), the
+    summary metrics."""
+    spec, tracker = run.spec, run.tracker
     steps_done = diverged_step if diverged_step is not None else spec.steps
     result = _result(run, steps_done, wall, resumed_from)
     if diverged_step is not None:

@@ -35,6 +35,7 @@ except ImportError:  # Windows: no flock; the store is created without the lock
 
 from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 
 from pipeline import keys
 from pipeline.ledger import ui
@@ -320,7 +321,16 @@ class MLflowTracker:
         keeps one dataset per (name, digest) in an experiment and one input per run, so a
         resumed attempt logging it again adds nothing."""
         context = InputTag(key="mlflow.data.context", value="train")
-        self.client.log_inputs(self.run_id, [DatasetInput(Dataset(**record), tags=[context])])
+        inputs = [DatasetInput(Dataset(**record), tags=[context])]
+        try:
+            self.client.log_inputs(self.run_id, inputs)
+        except MlflowException as e:
+            # Two runs starting together both find the dataset missing and insert it; the
+            # second insert fails on the store's unique key (seen in CI with sqlite). The
+            # dataset exists now: logging again links it to this run.
+            if "UNIQUE constraint failed" not in str(e) and "IntegrityError" not in str(e):
+                raise
+            self.client.log_inputs(self.run_id, inputs)
 
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)

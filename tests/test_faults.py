@@ -302,6 +302,23 @@ class SweepDir:
         runs = client.search_runs([exp.experiment_id], f"tags.{keys.TAG_KIND} = 'trial'")
         return {r.data.tags[keys.TAG_RUN_ID]: r for r in runs}
 
+    def training_mid_run(self) -> bool:
+        """A run is training, has a checkpoint and is not past half its steps: a fault
+        injected now lands mid-run."""
+        return any(_status(r) == keys.STATUS_RUNNING and self.ckpts(rid)
+                   and self.ckpts(rid)[-1] <= self.specs[rid].steps // 2
+                   for rid, r in self.poll_trials().items())
+
+    def assert_every_point_once(self, runs: dict[str, Any]) -> None:
+        """Each run's train loss at every multiple of the log interval (10) and at its last
+        step, its val loss at the steps of its curve: none lost, none doubled."""
+        for rid, run in runs.items():
+            steps = self.specs[rid].steps
+            assert self.metric_steps(run, keys.TRAIN_LOSS) == sorted(
+                set(range(10, steps + 1, 10)) | {steps}), rid
+            curve = json.loads(run.data.tags[keys.TAG_CURVE])
+            assert self.metric_steps(run, keys.VAL_LOSS) == curve["step"], rid
+
     def metric_steps(self, run: Any, key: str) -> list[int]:
         """The steps of a child run's history of `key`, in order, repeats kept."""
         client = MlflowClient(tracking_uri=self.uri)
@@ -566,12 +583,7 @@ def test_killed_worker_is_retried_and_resumes(
     assert runs[victim].data.tags["worker_pid"] != str(pid)  # the retry ran in a new worker
     # Every run's history, the victim's too: one point per logged step, none lost, none
     # doubled (metrics are flushed before each checkpoint, the retry skips stored steps).
-    for rid, run in runs.items():
-        steps = sd.specs[rid].steps
-        assert sd.metric_steps(run, keys.TRAIN_LOSS) == sorted(
-            set(range(10, steps + 1, 10)) | {steps}), rid
-        curve = json.loads(run.data.tags[keys.TAG_CURVE])
-        assert sd.metric_steps(run, keys.VAL_LOSS) == curve["step"], rid
+    sd.assert_every_point_once(runs)
     assert sorted(sd.trainings()) == sorted(
         [(rid, 0) for rid in sd.specs] + [(victim, resumed)])
     assert sd.table() == reference
@@ -592,12 +604,7 @@ def test_sigterm_checkpoints_the_runs_in_flight_at_their_current_step(
     sd = sweep_dir(FAULTS_SWEEP)
     proc = sd.start("--cpus", "2")
 
-    def mid_run() -> bool:
-        return any(_status(r) == keys.STATUS_RUNNING and sd.ckpts(rid)
-                   and sd.ckpts(rid)[-1] <= sd.specs[rid].steps // 2
-                   for rid, r in sd.poll_trials().items())
-
-    _wait_for("a checkpointed run in training", mid_run, proc)
+    _wait_for("a checkpointed run in training", sd.training_mid_run, proc)
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGTERM)  # as `ray job stop` or a scheduler stops the driver
     code, out = sd.finish(proc)
@@ -616,10 +623,7 @@ def test_sigterm_checkpoints_the_runs_in_flight_at_their_current_step(
     for rid, step in stopped.items():
         assert int(runs[rid].data.tags[keys.TAG_RESUMED_FROM]) == step
         assert (rid, step) in sd.trainings()
-    for rid, run in runs.items():
-        n = sd.specs[rid].steps
-        assert sd.metric_steps(run, keys.TRAIN_LOSS) == sorted(
-            set(range(10, n + 1, 10)) | {n}), rid
+    sd.assert_every_point_once(runs)
     assert sd.table() == reference
 
 
@@ -644,12 +648,7 @@ def test_tracking_server_killed_and_restarted_mid_sweep(
     try:
         proc = sd.start("--cpus", "2")
 
-        def training_mid_run() -> bool:
-            return any(_status(r) == keys.STATUS_RUNNING and sd.ckpts(rid)
-                       and sd.ckpts(rid)[-1] <= sd.specs[rid].steps // 2
-                       for rid, r in sd.poll_trials().items())
-
-        _wait_for("a checkpointed run in training", training_mid_run, proc)
+        _wait_for("a checkpointed run in training", sd.training_mid_run, proc)
         server.kill()
         down = time.monotonic()
         time.sleep(OUTAGE_S)
@@ -663,12 +662,7 @@ def test_tracking_server_killed_and_restarted_mid_sweep(
         assert all(_status(r) == keys.STATUS_FINISHED for r in runs.values())
         assert all(_attempts(r) == 1 for r in runs.values()), "a run was retried"
         assert sorted(sd.trainings()) == sorted((rid, 0) for rid in sd.specs)
-        for rid, run in runs.items():
-            steps = sd.specs[rid].steps
-            assert sd.metric_steps(run, keys.TRAIN_LOSS) == sorted(
-                set(range(10, steps + 1, 10)) | {steps}), rid
-            curve = json.loads(run.data.tags[keys.TAG_CURVE])
-            assert sd.metric_steps(run, keys.VAL_LOSS) == curve["step"], rid
+        sd.assert_every_point_once(runs)
         assert sd.table() == reference
         assert outage >= OUTAGE_S
     finally:

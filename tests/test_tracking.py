@@ -284,6 +284,38 @@ def test_a_retried_attempt_logs_no_step_twice(uri: str, client: MlflowClient) ->
         list(range(1, 9))
 
 
+def test_a_dataset_inserted_by_another_run_meanwhile_is_linked(
+    uri: str, client: MlflowClient
+) -> None:
+    """Two runs starting together both find their dataset missing and insert it; the second
+    insert fails on the store's unique key (MLflow 3, sqlite: seen in CI). The tracker logs it
+    again, which links the dataset the other run inserted."""
+    from mlflow.exceptions import MlflowException
+
+    rec = Ledger(uri, "race").create_trial(tiny_spec("race"), parent_run_id=None)
+    tracker = MLflowTracker(uri, rec.mlflow_run_id)
+    real, calls = tracker.client.log_inputs, []
+
+    def racing(run_id, datasets=None, *args, **kwargs):
+        calls.append(run_id)
+        if len(calls) == 1:
+            raise MlflowException("(sqlite3.IntegrityError) UNIQUE constraint failed: "
+                                  "datasets.experiment_id, datasets.name, datasets.digest")
+        return real(run_id, datasets, *args, **kwargs)
+
+    tracker.client.log_inputs = racing
+    tracker.log_dataset({"name": "stdlib", "digest": "d" * 36, "source_type": "local",
+                         "source": "stdlib"})
+    assert len(calls) == 2
+    inputs = client.get_run(rec.mlflow_run_id).inputs.dataset_inputs
+    assert [i.dataset.name for i in inputs] == ["stdlib"]
+    tracker.client.log_inputs = lambda *a, **k: (_ for _ in ()).throw(
+        MlflowException("another error"))
+    with pytest.raises(MlflowException, match="another error"):  # others are not swallowed
+        tracker.log_dataset({"name": "x", "digest": "e" * 36, "source_type": "local",
+                             "source": "x"})
+
+
 # --- the single-run CLI ----------------------------------------------------------------------
 
 CLI_ARGS = ["--family", "gpt", "--n-layer", "1", "--d-model", "16", "--tokens", "2e4",

@@ -295,9 +295,13 @@ class SweepDir:
         except sqlite3.Error:
             return False
 
-    def trials(self) -> dict[str, Any]:
-        """MLflow child runs by run_id ({} until the driver has created the store)."""
-        if not self.store_ready():
+    def trials(self, *, settled: bool = False) -> dict[str, Any]:
+        """MLflow child runs by run_id ({} until the driver has created the store).
+
+        settled: no driver runs (it was killed, or it ended): read with MLflow at once.
+        store_ready's read-only sqlite check failed now and then (CI) right after a writer
+        was SIGKILLed mid-transaction; MLflow's read-write connection recovers the file."""
+        if not settled and not self.store_ready():
             return {}
         client = MlflowClient(tracking_uri=self.uri)
         exp = client.get_experiment_by_name(self.name)
@@ -454,7 +458,7 @@ def test_driver_killed_before_any_run_finished_then_a_corrupt_checkpoint(
     sd.kill_driver(proc, with_runs=True)
     sd.wait_all_gone()
 
-    before = sd.trials()
+    before = sd.trials(settled=True)
     assert not any(_status(r) == keys.STATUS_FINISHED for r in before.values())
     attempts = {rid: _attempts(before[rid]) for rid in sd.specs}  # 1 if started, else 0
     previous, newest = sd.ckpts(longest)[-2:]
@@ -496,7 +500,7 @@ def test_driver_killed_between_runs(
     sd.kill_driver(proc)
     sd.wait_all_gone()
 
-    before = sd.trials()
+    before = sd.trials(settled=True)
     assert {rid for rid, r in before.items() if _status(r) == keys.STATUS_FINISHED} == finished
     for rid, run in before.items():
         if rid not in finished:  # never started: no attempt, no checkpoint

@@ -54,3 +54,21 @@ def test_a_lease_of_a_dead_process_on_this_host_is_taken_over_at_once(uri: str) 
     assert b.claim("r1") is None  # its holder's PID is gone: no need to wait for the expiry
     names = [m.name for m in MlflowClient(tracking_uri=uri).search_registered_models()]
     assert names == ["lease.s.r1"]
+
+
+def test_stale_leases_of_finished_runs_are_cleared(uri: str) -> None:
+    """A driver killed between a run's end and its release leaves the lease; the next driver
+    never claims the (finished) run, so it clears such leases: stale ones only."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = Leases(uri, "s_1")
+    gone.me = type(gone.me)(gone.me.host, dead.pid, gone.me.token)
+    assert gone.claim("r1") is None and gone.claim("r2") is None
+    live = Leases(uri, "s_1")
+    assert live.claim("r3") is None
+    other_sweep = Leases(uri, "sx1")  # "_" in LIKE matches "x": not ours, left alone
+    other_sweep.me = gone.me
+    assert other_sweep.claim("r1") is None
+    Leases(uri, "s_1").clear_stale({"r1", "r3"})
+    names = sorted(m.name for m in MlflowClient(tracking_uri=uri).search_registered_models())
+    assert names == ["lease.s_1.r2", "lease.s_1.r3", "lease.sx1.r1"]

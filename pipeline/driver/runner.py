@@ -156,6 +156,7 @@ class _Runner:
         and interrupted runs resume from a checkpoint); runs another driver holds wait."""
         first = self.ledger.trials()
         open_runs = [s for s in self.plan.specs if not self._done(s, first)]
+        self.leases.clear_stale({s.run_id for s in self.plan.specs} - {s.run_id for s in open_runs})
         held_elsewhere: dict[str, Holder] = {}
         for spec in open_runs:
             if (holder := self.leases.claim(spec.run_id)) is not None:

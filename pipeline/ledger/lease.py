@@ -126,6 +126,22 @@ class Leases:
                 pass  # the name is taken again already: the renamed one is abandoned
         self.client.delete_registered_model(aside)
 
+    def clear_stale(self, run_ids: set[str]) -> None:
+        """Delete the stale leases of these runs (finished in the ledger: they need none). A
+        driver killed between a run's end and the release of its lease leaves one behind,
+        which no later driver would otherwise touch, as it never claims a finished run."""
+        if not run_ids:
+            return
+        wanted = {_name(self.sweep, run_id) for run_id in run_ids}
+        # LIKE's "_" matches any character: a wider match is fine, `wanted` decides.
+        found = self.client.search_registered_models(
+            filter_string=f"name LIKE 'lease.{self.sweep}.%'", max_results=1000)
+        for model in found:
+            if model.name in wanted:
+                holder, stale = self._inspect(model.name)
+                if stale:
+                    self._take_over(model.name, holder)
+
     # --- holding ---------------------------------------------------------------------------
     def release(self, run_id: str) -> None:
         """Give the lease back (the run is finished, failed or killed)."""

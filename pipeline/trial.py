@@ -98,8 +98,8 @@ def stop_on_sigint() -> Iterator[Callable[[], bool] | None]:
     """While training: SIGINT sets a flag that the training loop reads after each step, in
     place of raising KeyboardInterrupt wherever the step happens to be (a model half-way
     through an optimizer update cannot be checkpointed); a second SIGINT raises at once.
-    Outside the main thread, where
-    Python cannot set signal handlers, nothing changes (None)."""
+    Outside the main thread, where Python cannot set signal handlers, nothing changes
+    (None)."""
     if threading.current_thread() is not threading.main_thread():
         yield None
         return

@@ -243,4 +243,3 @@ def collapse_curves(runs: RunsTable, curves: pd.DataFrame | None) -> pd.DataFram
         merged |= members
     rest = curves[~curves["run_id"].isin(merged)]
     return pd.concat([rest, *parts], ignore_index=True)
-

@@ -225,15 +225,19 @@ def _refuse_repetition(h_plan: Plan, cfg: SweepConfig, train_tokens: int, sweep_
 
 def _data_for(cfg: SweepConfig, sweep_file: str, load_data):
     """The sweep's tokens, built once here (a first build of a corpus says what it does);
-    None, after one line on stderr, when the disk cannot hold them (nothing partial is kept)."""
+    None, after one line on stderr, when the corpus cannot be read (a bad record, a file that
+    is not UTF-8) or the disk cannot hold them (nothing partial is kept)."""
+    from pipeline.data import DataError
     from pipeline.data.files import DiskFullError
 
     try:
         return load_data(data_spec_for(cfg, sweep_file),
                          progress=lambda line: console.print(f"data: {line}"))
+    except DataError as e:
+        print(f"error: {sweep_file}: data: {e}", file=sys.stderr)
     except DiskFullError as e:
         print(f"error: {sweep_file}: {e.strerror}", file=sys.stderr)
-        return None
+    return None
 
 
 def _report(name: str, uri: str, sweep_file: str) -> str | None:

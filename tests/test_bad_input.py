@@ -26,6 +26,12 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
+BAD_RECORD = {  # a sweep whose corpus has a line that is not JSON
+    "bad.jsonl": b'{"text": "fine"}\nnot json\n',
+    "s.yaml": b"name: bad\nkind: isoflop\nfamily: gpt\nshape: {head_dim: 8}\n"
+              b"data: {corpus: bad.jsonl, seq_len: 32}\n"
+              b"isoflop: {budgets: [3.0e+9], sizes: {shapes: [{n_layer: 1, d_model: 16}]}}\n",
+}
 CASES = {
     # name: (files to create, command, what the one line must say)
     "fit on a binary CSV": ({"runs.csv": b"N,D,L\n\xff\xfe,1,2\n"},
@@ -41,6 +47,13 @@ CASES = {
                                 "no MLflow store at sqlite:///"),
     "fit of a sweep without a ledger": ({}, ["analysis.fit", "--sweep", "nosuch"],
                                         "no MLflow store at sqlite:///"),
+    "sweep on a corpus with a bad record": ({**BAD_RECORD, "cache/.keep": b""},
+                                            ["pipeline.sweep", "s.yaml", "--dry-run"],
+                                            "s.yaml: data: corpus file"),
+    "prepare of a corpus with a bad record": ({**BAD_RECORD, "cache/.keep": b""},
+                                              ["pipeline.data", "prepare", "s.yaml",
+                                               "--cache-dir", "cache"],
+                                              "bad.jsonl' line 2 is not JSON"),
 }
 
 
@@ -48,6 +61,7 @@ CASES = {
 def test_bad_input_gets_one_line_and_leaves_nothing(name: str, tmp_path: Path) -> None:
     files, args, says = CASES[name]
     for rel, content in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(content)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     done = _run(args, tmp_path)

@@ -1,43 +1,64 @@
-"""Corpora as sorted Documents (stdlib, local files, Hugging Face datasets), the corpus
-fingerprint, and the train/validation split by document."""
+"""Corpora as streams of Documents (pipeline.data.sources reads them), the corpus
+fingerprint, the train/validation split by document, and the corpus index: one streaming pass
+that learns all three without keeping any text.
+
+The index holds 40 bytes per document (the sha256 of its name and its size), so a 2 GB corpus
+of 250k documents needs 10 MB, and it is cached by the stamp of the corpus's files (name,
+size, modification time): a second `prepare_data` of an unchanged corpus reads no text at all.
+"""
 
 from __future__ import annotations
 
-import glob
 import hashlib
+import io
 import json
-import os
-import re
-import sysconfig
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.data.files import _atomic_write, _file_lock
-from pipeline.data.settings import (
-    DataConfig,
-    DataError,
-    Progress,
-    _parse_hf_spec,
-    _quiet,
-)
+import numpy as np
+
+from pipeline.data.files import _atomic_write
+from pipeline.data.meter import Meter
+from pipeline.data.settings import DataConfig, DataError, Progress, _quiet
+from pipeline.data.sources import Document, Source, hf_source, local_source, stdlib_source
 from pipeline.spec import STDLIB_CORPORA
 
 SPLIT_RULE = "sha256(name) order, greedy to val_fraction of bytes"
-_STDLIB_SKIP_DIRS = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages"})
-_STDLIB_TEST_DIRS = frozenset({"test", "tests", "idle_test"})
+INDEX_FORMAT = 1  # of the cached corpus index; a new reader rule must change it
+_DIGEST = np.dtype("S32")
 
-
-@dataclass(frozen=True)
-class Document:
-    """One unit of the split: a file, or one record of a dataset."""
-
-    name: str  # relative path or record index: what the split hashes
-    text: str
-    nbytes: int  # UTF-8 bytes of text (the denominator of bits per byte)
+__all__ = ["SPLIT_RULE", "CorpusIndex", "Document", "corpus_fingerprint", "index_corpus",
+           "iter_documents", "load_corpus", "source_for", "split_documents", "split_mask"]
 
 
 # --- corpora -------------------------------------------------------------------------------
+
+
+def source_for(spec: str, max_bytes: int | None = None, cache_dir: Path | None = None,
+               progress: Progress | None = None) -> Source:
+    """The files of a corpus spec (see DataSpec.corpus); an HF dataset is streamed into the
+    cache first (once)."""
+    if spec in STDLIB_CORPORA:
+        return stdlib_source(with_tests=spec == "stdlib+tests")
+    if spec.startswith("hf:"):
+        cache = cache_dir or DataConfig().resolved_cache_dir()
+        return hf_source(spec, max_bytes, cache, progress or _quiet)
+    return local_source(spec.removeprefix("path:"))
+
+
+def iter_documents(source: Source, max_bytes: int | None) -> Iterator[Document]:
+    """The corpus's documents in order: empty ones dropped, then whole documents while the
+    running total stays <= max_bytes (the cap stops at the first one that would not fit)."""
+    total = 0
+    for doc in source:
+        if not doc.nbytes:
+            continue
+        if max_bytes is not None and total + doc.nbytes > max_bytes:
+            return
+        total += doc.nbytes
+        yield doc
 
 
 def load_corpus(
@@ -46,225 +67,146 @@ def load_corpus(
     cache_dir: Path | None = None,
     progress: Progress | None = None,
 ) -> list[Document]:
-    """Documents of a corpus spec (see DataConfig.corpus), sorted by name, empty ones dropped."""
-    if spec in STDLIB_CORPORA:
-        docs = _stdlib_documents(with_tests=spec == "stdlib+tests")
-    elif spec.startswith("hf:"):
-        cache = cache_dir or DataConfig().resolved_cache_dir()
-        docs = _hf_documents(spec, max_bytes, cache, progress or _quiet)
-    else:
-        docs = _local_documents(spec.removeprefix("path:"))
-    docs = _cap([d for d in docs if d.nbytes], max_bytes)
+    """All documents of a corpus spec in memory (small corpora, tests): prepare_data streams."""
+    docs = list(iter_documents(source_for(spec, max_bytes, cache_dir, progress), max_bytes))
     if not docs:
-        why = f" within max_bytes={max_bytes}" if max_bytes else ""
-        raise DataError(f"corpus {spec!r} is empty: no non-empty documents{why}")
+        raise _empty(spec, max_bytes)
     return docs
 
 
-def _stdlib_documents(with_tests: bool = False) -> list[Document]:
-    """The interpreter's standard-library .py files (~12-14 MB), without site-packages, and
-    without the test suites unless with_tests.
-
-    The test suites hold a few deliberately mis-encoded sources (4 on CPython 3.11, e.g.
-    test/encoded_modules/module_koi8_r.py): with_tests leaves out every file that is not
-    UTF-8, a fixed rule of this corpus (the fingerprint covers what is kept).
-    """
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = _STDLIB_SKIP_DIRS - (_STDLIB_TEST_DIRS if with_tests else frozenset())
-    files: list[tuple[str, Path]] = []
-    for dirpath, dirnames, filenames in os.walk(root):  # does not follow symlinked folders
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if d not in skip]
-        files += [
-            ((here / f).relative_to(root).as_posix(), here / f)
-            for f in filenames
-            if f.endswith(".py")
-        ]
-    if not with_tests:
-        return [_read_document(name, path) for name, path in sorted(files)]
-    docs = []
-    for name, path in sorted(files):
-        try:
-            docs.append(_read_document(name, path))
-        except DataError:  # not UTF-8: one of the suites' encoding test cases
-            continue
-    return docs
+def _empty(spec: str, max_bytes: int | None) -> DataError:
+    why = f" within max_bytes={max_bytes}" if max_bytes else ""
+    return DataError(f"corpus {spec!r} is empty: no non-empty documents{why}")
 
 
-def _local_documents(pattern: str) -> list[Document]:
-    """Files of a path, directory (recursive, hidden files skipped) or glob, one document each."""
-    expanded = os.path.expanduser(pattern)
-    if any(ch in expanded for ch in "*?["):
-        paths = [Path(p) for p in glob.glob(expanded, recursive=True) if os.path.isfile(p)]
-        if not paths:
-            raise DataError(f"corpus glob {pattern!r} matched no files")
-    else:
-        path = Path(expanded)
-        if not path.exists():
-            raise DataError(f"corpus path {pattern!r} does not exist")
-        if path.is_dir():
-            paths = [
-                p
-                for p in path.rglob("*")
-                if p.is_file()
-                and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            ]
-            if not paths:
-                raise DataError(f"corpus directory {pattern!r} contains no files")
-        else:
-            paths = [path]
-    # Names relative to the files' common folder: moving the corpus keeps its fingerprint.
-    base = Path(os.path.commonpath([p.resolve().parent for p in paths]))
-    named = sorted((p.resolve().relative_to(base).as_posix(), p) for p in paths)
-    return [_read_document(name, p) for name, p in named]
+class _Fingerprint:
+    """sha256 over the (name, content) pairs in order; length-prefixed so it is unambiguous."""
 
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
 
-def _read_document(name: str, path: Path) -> Document:
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(
-            f"corpus file {str(path)!r} is not UTF-8 text ({e.reason} at byte {e.start})"
-        ) from e
-    return Document(name, text, len(data))
-
-
-
-def _hf_documents(
-    spec: str, max_bytes: int | None, cache_dir: Path, progress: Progress
-) -> list[Document]:
-    """Stream an HF dataset once into a local JSONL cache; later calls read only the cache.
-
-    Records are taken in dataset order while they fit max_bytes (the same rule as `_cap`), so
-    the cached texts depend only on (spec, max_bytes).
-    """
-    name, split, text_field = _parse_hf_spec(spec)
-    key = hashlib.sha256(json.dumps([spec, max_bytes]).encode()).hexdigest()[:20]
-    folder = cache_dir / "hf"
-    stem = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', name)}-{key}"
-    texts_path, meta_path = folder / f"{stem}.jsonl", folder / f"{stem}.json"
-    texts = _read_verified_jsonl(texts_path, meta_path)
-    if texts is None:
-        folder.mkdir(parents=True, exist_ok=True)
-        with _file_lock(folder / f"{stem}.lock"):
-            texts = _read_verified_jsonl(texts_path, meta_path)  # built while we waited?
-            if texts is None:
-                progress(
-                    f"streaming Hugging Face dataset {name!r} split {split!r} (once; then cached)"
-                )
-                texts = _stream_hf(name, split, text_field, max_bytes)
-                meta_path.unlink(missing_ok=True)
-                digest = _atomic_write(
-                    texts_path, "".join(json.dumps(t) + "\n" for t in texts).encode()
-                )
-                meta = {
-                    "spec": spec,
-                    "max_bytes": max_bytes,
-                    "n_docs": len(texts),
-                    "sha256": digest,
-                }
-                _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
-    return [Document(f"{i:09d}", t, len(t.encode("utf-8"))) for i, t in enumerate(texts)]
-
-
-def _stream_hf(name: str, split: str, text_field: str, max_bytes: int | None) -> list[str]:
-    try:
-        import datasets  # optional extra: only users of HF corpora need it
-    except ImportError as e:
-        raise DataError(
-            f"corpus 'hf:{name}' needs the Hugging Face `datasets` package: pip install -e .[hf]"
-        ) from e
-    try:
-        records = datasets.load_dataset(name, split=split, streaming=True)
-        texts, total = [], 0
-        for record in records:
-            if text_field not in record:
-                raise DataError(
-                    f"Hugging Face dataset {name!r} has no text field {text_field!r}; "
-                    f"its fields are {sorted(record)}"
-                )
-            # Lone surrogates cannot be UTF-8 encoded: replace them so bytes stay well defined.
-            text = str(record[text_field]).encode("utf-8", errors="replace").decode("utf-8")
-            size = len(text.encode("utf-8"))
-            if max_bytes is not None and total + size > max_bytes:
-                break
-            texts.append(text)
-            total += size
-    except DataError:
-        raise
-    except Exception as e:  # network, auth, unknown dataset/split: say which one failed
-        raise DataError(
-            f"could not stream Hugging Face dataset {name!r} split {split!r}: {e}"
-        ) from e
-    return texts
-
-
-def _read_verified_jsonl(texts_path: Path, meta_path: Path) -> list[str] | None:
-    try:
-        meta = json.loads(meta_path.read_text())
-        data = texts_path.read_bytes()
-    except (OSError, ValueError):
-        return None
-    if hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-        return None
-    texts = [json.loads(line) for line in data.decode("utf-8").splitlines()]
-    return texts if len(texts) == meta.get("n_docs") else None
-
-
-def _cap(docs: list[Document], max_bytes: int | None) -> list[Document]:
-    """Documents in order while the running total stays <= max_bytes (whole documents only)."""
-    if max_bytes is None:
-        return docs
-    kept, total = [], 0
-    for doc in docs:
-        if total + doc.nbytes > max_bytes:
-            break
-        kept.append(doc)
-        total += doc.nbytes
-    return kept
-
-
-def corpus_fingerprint(docs: Sequence[Document]) -> str:
-    """sha256 hex over the sorted (name, content) pairs; length-prefixed so it is unambiguous."""
-    h = hashlib.sha256()
-    for doc in docs:
+    def add(self, doc: Document) -> None:
         name, data = doc.name.encode("utf-8"), doc.text.encode("utf-8")
-        h.update(f"{len(name)}:{len(data)}:".encode())
-        h.update(name)
-        h.update(data)
-    return h.hexdigest()
+        self._h.update(f"{len(name)}:{len(data)}:".encode())
+        self._h.update(name)
+        self._h.update(data)
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def corpus_fingerprint(docs: Iterable[Document]) -> str:
+    """sha256 hex over the documents' (name, content) pairs, in order."""
+    fp = _Fingerprint()
+    for doc in docs:
+        fp.add(doc)
+    return fp.hexdigest()
+
+
+# --- split ---------------------------------------------------------------------------------
+
+
+def name_digest(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+def split_mask(digests: np.ndarray, sizes: np.ndarray, val_fraction: float) -> np.ndarray:
+    """True for the validation documents: they are taken in sha256(name) order until they
+    hold val_fraction of the bytes (at least one document; at least one stays in train).
+
+    Hashing the name (not the position) keeps a document on the same side when others are
+    added or removed, and spreads val over the corpus instead of taking its tail.
+    """
+    n = len(sizes)
+    if n < 2:
+        raise DataError(
+            f"the corpus has {n} document(s); a train/validation split by document needs "
+            "at least 2 (split a single text file into several, or raise max_bytes)"
+        )
+    order = np.argsort(digests, kind="stable")  # ties (never, for distinct names) by position
+    before = np.concatenate([[0], np.cumsum(sizes[order])])[:n]  # val bytes before each
+    target = val_fraction * float(sizes.sum())  # bytes
+    reached = np.flatnonzero(before >= target)
+    k = min(int(reached[0]) if len(reached) else n, n - 1)  # >= 1: before[0] = 0 < target
+    mask = np.zeros(n, dtype=bool)
+    mask[order[:k]] = True
+    return mask
 
 
 def split_documents(
     docs: Sequence[Document], val_fraction: float
 ) -> tuple[list[Document], list[Document]]:
-    """Split by whole documents: val takes documents in sha256(name) order until it holds
-    val_fraction of the bytes (at least one document; at least one stays in train).
-
-    Hashing the name (not the position) keeps a document on the same side when others are
-    added or removed, and spreads val over the corpus instead of taking its tail. Both splits
-    keep the corpus's sorted order.
-    """
-    if len(docs) < 2:
-        raise DataError(
-            f"the corpus has {len(docs)} document(s); a train/validation split by document needs "
-            "at least 2 (split a single text file into several, or raise max_bytes)"
-        )
-    target = val_fraction * sum(d.nbytes for d in docs)  # bytes
-    order = sorted(
-        range(len(docs)), key=lambda i: (hashlib.sha256(docs[i].name.encode()).digest(), i)
-    )
-    val_ids: set[int] = set()
-    val_bytes = 0
-    for i in order:
-        if val_bytes >= target or len(val_ids) == len(docs) - 1:
-            break
-        val_ids.add(i)
-        val_bytes += docs[i].nbytes
-    train = [d for i, d in enumerate(docs) if i not in val_ids]
-    val = [d for i, d in enumerate(docs) if i in val_ids]
-    return train, val
+    """(train, val) by whole documents (split_mask); both keep the corpus's order."""
+    digests = np.array([name_digest(d.name) for d in docs], dtype=_DIGEST)
+    val = split_mask(digests, np.array([d.nbytes for d in docs], dtype=np.int64), val_fraction)
+    return ([d for d, v in zip(docs, val, strict=True) if not v],
+            [d for d, v in zip(docs, val, strict=True) if v])
 
 
-# --- token cache ---------------------------------------------------------------------------
+# --- the corpus index ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorpusIndex:
+    """One pass over a corpus, without its text: enough to split, fingerprint and sample it."""
+
+    fingerprint: str  # corpus_fingerprint of the documents
+    digests: np.ndarray  # S32: sha256 of each document's name, in corpus order
+    sizes: np.ndarray  # int64: UTF-8 bytes of each document
+
+    @property
+    def n_docs(self) -> int:
+        return len(self.sizes)
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.sizes.sum())
+
+    def val_mask(self, val_fraction: float) -> np.ndarray:
+        return split_mask(self.digests, self.sizes, val_fraction)
+
+
+def index_corpus(spec: str, max_bytes: int | None, cache_dir: Path,
+                 progress: Progress | None = None) -> tuple[Source, CorpusIndex]:
+    """The corpus's source and index; the index is read from the cache when the corpus's
+    files are unchanged (same names, sizes and modification times), else made by reading it."""
+    say = progress or _quiet
+    source = source_for(spec, max_bytes, cache_dir, say)
+    stamp = json.dumps([INDEX_FORMAT, spec, max_bytes, source.stamp()]).encode()
+    path = cache_dir / "corpora" / f"{hashlib.sha256(stamp).hexdigest()[:24]}.npz"
+    index = _load_index(path)
+    if index is None:
+        index = _scan(spec, source, max_bytes, say)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buf = io.BytesIO()
+        np.savez(buf, fingerprint=np.array(index.fingerprint), digests=index.digests,
+                 sizes=index.sizes)
+        _atomic_write(path, buf.getvalue())
+    return source, index
+
+
+def _scan(spec: str, source: Source, max_bytes: int | None, say: Progress) -> CorpusIndex:
+    meter = Meter(say, f"reading corpus {spec!r}", total=None)
+    fp, digests, sizes = _Fingerprint(), bytearray(), array("q")
+    for doc in iter_documents(source, max_bytes):
+        fp.add(doc)
+        digests += name_digest(doc.name)
+        sizes.append(doc.nbytes)
+        meter.add(doc.nbytes)
+    if not sizes:
+        raise _empty(spec, max_bytes)
+    if meter.nbytes > 50e6:  # a long read: say how it ended
+        meter.finish()
+    return CorpusIndex(fp.hexdigest(), np.frombuffer(bytes(digests), dtype=_DIGEST),
+                       np.frombuffer(sizes.tobytes(), dtype=np.int64))
+
+
+def _load_index(path: Path) -> CorpusIndex | None:
+    try:
+        with np.load(path) as z:
+            index = CorpusIndex(str(z["fingerprint"]), z["digests"], z["sizes"])
+    except (OSError, ValueError, KeyError):
+        return None
+    ok = (len(index.fingerprint) == 64 and index.digests.dtype == _DIGEST
+          and len(index.digests) == len(index.sizes) >= 1)
+    return index if ok else None

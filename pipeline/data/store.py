@@ -8,36 +8,26 @@ import json
 import math
 import sys
 import time
-from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.corpus import (
-    SPLIT_RULE,
-    Document,
-    corpus_fingerprint,
-    load_corpus,
-    split_documents,
-)
-from pipeline.data.files import _atomic_file, _atomic_write, _file_lock, _file_sha256
+from pipeline.data import build
+from pipeline.data.build import SAMPLE_RULE, encode_corpus, learn_tokenizer, tokenizer_sample
+from pipeline.data.corpus import SPLIT_RULE, CorpusIndex, index_corpus
+from pipeline.data.files import _atomic_write, _file_lock, _file_sha256
 from pipeline.data.settings import (
     DataConfig,
     DataError,
     Progress,
     _quiet,
 )
-from pipeline.data.tokenizers import (
-    Tokenizer,
-    load_tokenizer,
-    tokenizer_config,
-    train_tokenizer,
-)
+from pipeline.data.sources import Source
+from pipeline.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_config
 from pipeline.spec import DataSpec
 
 CACHE_FORMAT = 1
-_ENCODE_CHUNK_BYTES = 8 << 20  # encode this much text at a time: bounds peak memory (bytes)
 
 
 @dataclass(frozen=True)
@@ -86,20 +76,24 @@ class TokenData:
 def prepare_data(cfg: DataConfig, progress: Progress | None = None) -> TokenData:
     """Load the token cache for `cfg`, building it first if it is missing or fails verification.
 
-    Safe with concurrent callers: builders of one key take a file lock (POSIX), and every file
-    is written under a temporary name and renamed into place, the meta last.
+    The corpus is streamed, never held in memory (pipeline.data.build). Safe with concurrent
+    callers: builders of one key take a file lock (POSIX), and every file is written under a
+    temporary name and renamed into place, the meta last; a killed build leaves no entry.
     """
     say = progress or _quiet
     t0 = time.perf_counter()
     cache_dir = cfg.resolved_cache_dir()
-    docs = load_corpus(cfg.corpus, cfg.max_bytes, cache_dir, say)
-    corpus_fp = corpus_fingerprint(docs)
-    say(
-        f"corpus {cfg.corpus!r}: {len(docs)} documents, {sum(d.nbytes for d in docs):,} bytes, sha256 {corpus_fp[:12]}"
-    )
-    tok_cfg = tokenizer_config(cfg.tokenizer, cfg.bpe_vocab_size)
-    key = {"format": CACHE_FORMAT, "corpus": corpus_fp, "tokenizer": tok_cfg}
+    source, index = index_corpus(cfg.corpus, cfg.max_bytes, cache_dir, say)
+    say(f"corpus {cfg.corpus!r}: {index.n_docs:,} documents, {index.total_bytes:,} bytes, "
+        f"sha256 {index.fingerprint[:12]}")
+    val = index.val_mask(cfg.val_fraction)
+    budget = build.TOKENIZER_SAMPLE_BYTES  # read here: tests lower it
+    sample = tokenizer_sample(index, val, budget) if cfg.tokenizer != "bytes" else None
+    key = {"format": CACHE_FORMAT, "corpus": index.fingerprint,
+           "tokenizer": tokenizer_config(cfg.tokenizer, cfg.bpe_vocab_size)}
     key["split"] = {"rule": SPLIT_RULE, "val_fraction": cfg.val_fraction}
+    if sample is not None:  # only a large corpus: smaller ones keep their fingerprints
+        key["tokenizer_sample"] = {"rule": SAMPLE_RULE, "bytes": budget}
     fingerprint = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     folder = cache_dir / "tokens"
     bin_path = folder / f"{cfg.tokenizer}-{fingerprint[:24]}.bin"
@@ -111,7 +105,7 @@ def prepare_data(cfg: DataConfig, progress: Progress | None = None) -> TokenData
             # Another process may have built it while we waited for the lock.
             data = _open_verified(bin_path, fingerprint, _quiet)
             if data is None:
-                _build(bin_path, docs, cfg, key, fingerprint, say)
+                _build(bin_path, source, index, val, sample, cfg, key, fingerprint, say)
                 data = _open_verified(bin_path, fingerprint, say)
                 if data is None:
                     raise RuntimeError(
@@ -127,33 +121,28 @@ def prepare_data(cfg: DataConfig, progress: Progress | None = None) -> TokenData
 
 def _build(
     bin_path: Path,
-    docs: list[Document],
+    source: Source,
+    index: CorpusIndex,
+    val: np.ndarray,
+    sample: np.ndarray | None,
     cfg: DataConfig,
     key: dict,
     fingerprint: str,
     say: Progress,
 ) -> None:
-    """Split, train the tokenizer on train, encode train then val into one .bin; meta last."""
+    """Train the tokenizer, encode train then val into one .bin (pipeline.data.build); the
+    meta last, so an entry exists only once it is complete."""
     t0 = time.perf_counter()
     meta_path, tok_path = bin_path.with_suffix(".json"), _tokenizer_path(bin_path)
     meta_path.unlink(missing_ok=True)  # from here until the new meta lands, the entry is invalid
     for stale in bin_path.parent.glob(f"{bin_path.stem}.*.tmp-*"):  # left by a killed builder
         stale.unlink(missing_ok=True)  # safe: we hold this key's lock
-    train_docs, val_docs = split_documents(docs, cfg.val_fraction)
-    say(f"training {cfg.tokenizer!r} tokenizer on {len(train_docs)} train documents")
-    tok = train_tokenizer(cfg.tokenizer, [d.text for d in train_docs], cfg.bpe_vocab_size)
+    tok = learn_tokenizer(cfg, source, index, val, sample, say)
     saved = tok.to_json()
     tok_sha = _atomic_write(tok_path, saved.encode()) if saved is not None else None
     dtype = np.dtype(np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32)  # ids < vocab_size
-    counts = []
-    with _atomic_file(bin_path) as f:
-        for split in (train_docs, val_docs):
-            n = 0
-            for texts in _chunks(split):
-                ids = tok.encode_array(texts).astype(dtype, copy=False)
-                f.write(ids.tobytes())
-                n += len(ids)
-            counts.append(n)
+    n_train, n_val, bin_sha, rate = encode_corpus(bin_path, tok, dtype, cfg, source, index,
+                                                  val, say)
     meta = {
         "format": CACHE_FORMAT,
         "fingerprint": fingerprint,
@@ -162,16 +151,18 @@ def _build(
         "max_bytes": cfg.max_bytes,
         "vocab_size": tok.vocab_size,
         "dtype": dtype.name,
-        "train_tokens": counts[0],
-        "val_tokens": counts[1],
-        "train_bytes": sum(d.nbytes for d in train_docs),
-        "val_bytes": sum(d.nbytes for d in val_docs),
-        "train_docs": len(train_docs),
-        "val_docs": len(val_docs),
+        "train_tokens": n_train,
+        "val_tokens": n_val,
+        "train_bytes": int(index.sizes[~val].sum()),
+        "val_bytes": int(index.sizes[val].sum()),
+        "train_docs": int((~val).sum()),
+        "val_docs": int(val.sum()),
+        "tokenizer_sample_bytes": int(index.sizes[sample].sum()) if sample is not None else None,
         "bin_size": bin_path.stat().st_size,
-        "bin_sha256": _file_sha256(bin_path),
+        "bin_sha256": bin_sha,
         "tokenizer_sha256": tok_sha,
         "build_seconds": round(time.perf_counter() - t0, 3),
+        "encode_mb_per_s": round(rate, 2),
         "python": sys.version.split()[0],
     }
     _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
@@ -237,20 +228,6 @@ def _reopen(cache_path: str, fingerprint: str) -> TokenData:
 
 def _tokenizer_path(bin_path: Path) -> Path:
     return bin_path.with_suffix(".tokenizer.json")
-
-
-def _chunks(docs: Sequence[Document]) -> Iterator[list[str]]:
-    """Texts grouped into ~_ENCODE_CHUNK_BYTES batches (whole documents)."""
-    batch: list[str] = []
-    size = 0
-    for doc in docs:
-        batch.append(doc.text)
-        size += doc.nbytes
-        if size >= _ENCODE_CHUNK_BYTES:
-            yield batch
-            batch, size = [], 0
-    if batch:
-        yield batch
 
 
 def load_data(d: DataSpec, cache_dir: str | None = None,

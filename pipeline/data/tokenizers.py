@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -121,7 +121,7 @@ class CharTokenizer(Tokenizer):
         self._lut: np.ndarray | None = None  # code point -> id, built on first encode
 
     @classmethod
-    def train(cls, texts: Sequence[str]) -> CharTokenizer:
+    def train(cls, texts: Iterable[str]) -> CharTokenizer:
         seen = np.zeros(_MAX_CODEPOINT + 1, dtype=bool)  # 1.1 MB, one flag per code point
         for text in texts:
             seen[_codepoints(text)] = True
@@ -163,7 +163,7 @@ class BpeTokenizer(Tokenizer):
         self.vocab_size = max(int(vocab_size), hf_tokenizer.get_vocab_size())
 
     @classmethod
-    def train(cls, texts: Sequence[str], vocab_size: int) -> BpeTokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
         if vocab_size < BPE_MIN_VOCAB:
             raise ValueError(f"bpe vocab_size {vocab_size} < {BPE_MIN_VOCAB}")
         from tokenizers import Tokenizer as HFTokenizer
@@ -178,7 +178,8 @@ class BpeTokenizer(Tokenizer):
             special_tokens=[],
             show_progress=False,
         )
-        tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
+        # An iterator is consumed in batches: the texts need not all be in memory at once.
+        tok.train_from_iterator(texts, trainer=trainer)
         return cls(tok, vocab_size)
 
     @classmethod
@@ -208,8 +209,9 @@ class BpeTokenizer(Tokenizer):
         return self._tok.to_str()
 
 
-def train_tokenizer(name: str, train_texts: Sequence[str], bpe_vocab_size: int) -> Tokenizer:
-    """Fit `name` on the TRAIN split only, so validation text never shapes the vocabulary."""
+def train_tokenizer(name: str, train_texts: Iterable[str], bpe_vocab_size: int) -> Tokenizer:
+    """Fit `name` on the TRAIN split only, so validation text never shapes the vocabulary.
+    train_texts may be a one-pass iterator (pipeline.data streams it from disk)."""
     if name == "bytes":
         return ByteTokenizer()
     if name == "chars":

@@ -35,7 +35,8 @@ from pipeline.data.tokenizers import Tokenizer, train_tokenizer
 
 # The tokenizer learns from at most this many bytes of train text. 256 MiB is ~20x the
 # default corpus (the stdlib, 12 MB: it learns from all of it, as before this bound existed);
-# on a 2 GB corpus a 32k BPE learns from it in ~N s and ~M MB (BENCHMARKS.md, data preparation).
+# a 32k BPE learns from 256 MiB of a 2 GB corpus in ~1 minute, and the whole preparation
+# peaks at 0.77 GB resident (BENCHMARKS.md, "Data preparation").
 TOKENIZER_SAMPLE_BYTES = 256 << 20
 SAMPLE_RULE = "train documents in sha256(name) order, greedy to the byte budget"
 ENCODE_BATCH_BYTES = 8 << 20  # text encoded per call: bounds the memory of a batch

@@ -10,7 +10,6 @@ size, modification time): a second `prepare_data` of an unchanged corpus reads n
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.files import _atomic_write
+from pipeline.data.files import _atomic_file
 from pipeline.data.meter import Meter
 from pipeline.data.settings import DataConfig, DataError, Progress, _quiet
 from pipeline.data.sources import Document, Source, hf_source, local_source, stdlib_source
@@ -178,10 +177,9 @@ def index_corpus(spec: str, max_bytes: int | None, cache_dir: Path,
     if index is None:
         index = _scan(spec, source, max_bytes, say)
         path.parent.mkdir(parents=True, exist_ok=True)
-        buf = io.BytesIO()
-        np.savez(buf, fingerprint=np.array(index.fingerprint), digests=index.digests,
-                 sizes=index.sizes)
-        _atomic_write(path, buf.getvalue())
+        with _atomic_file(path) as f:  # straight to disk: no second copy in memory
+            np.savez(f, fingerprint=np.array(index.fingerprint), digests=index.digests,
+                     sizes=index.sizes)
     return source, index
 
 

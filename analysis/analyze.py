@@ -133,17 +133,20 @@ def analyze(
     reference_flops: float | None = None,
     n_jobs: int = 1,
     conventions: bool = True,
+    max_epochs: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Analysis:
     """Fit every requested approach (default: every entry of the table of fits), bootstrap
     it, compare with the documented values and run the checks. ``bootstrap=0`` skips the
     intervals (fast); ``conventions=False`` skips the refits under other N/C conventions
-    (the slowest check). ``progress`` gets a line as each fit (with its bootstrap) is done."""
+    (the slowest check). ``max_epochs`` leaves out runs that repeated their data more than
+    that (analysis.runs.selection). ``progress`` gets a line as each fit (with its bootstrap)
+    is done."""
     wanted = set(FITS) if approaches is None else set(approaches)
     unknown = wanted - set(FITS)
     if unknown:
         raise ValueError(f"unknown approach(es) {sorted(unknown)}; known: {tuple(FITS)}")
-    selection = select_runs(runs)
+    selection = select_runs(runs, max_epochs)
     all_runs, runs = runs, selection.fitted  # every fit below reads the selected points
     noise = estimate_noise(selection.replicates)
     sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None

@@ -40,10 +40,24 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flops-convention", default=None,
                         help="which final/flops_<convention> is C (default: the sweep file's "
                              "flops_convention with --sweep-file, else 6nd: C = 6ND)")
+    parser.add_argument("--max-epochs", type=_positive_float, metavar="E",
+                        help="leave out runs that passed over their train split more than E "
+                             "times (their recorded epochs); by default they are fitted and "
+                             "named in the output")
     parser.add_argument("--sweep-file", metavar="FILE",
                         help="the sweep's YAML file: with --sweep, only the runs it plans now "
                              "are used (not those of an earlier recipe); recorded with its "
                              "sha256 in a report's provenance")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
 
 
 def flops_convention(args: argparse.Namespace) -> str:

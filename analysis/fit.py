@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     approaches = tuple(FITS) if args.approach == "all" else (args.approach,)
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=approaches, reference_flops=args.reference_flops,
-                     n_jobs=args.jobs)
+                     n_jobs=args.jobs, max_epochs=args.max_epochs)
     if args.json:
         print(json.dumps(analysis_to_json(result), indent=2, allow_nan=False))
     else:

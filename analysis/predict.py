@@ -61,7 +61,7 @@ def predict(args: argparse.Namespace) -> dict:
     # No convention refits: a prediction needs one allocation, not its sensitivity.
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=(args.approach,), reference_flops=args.flops,
-                     conventions=False)
+                     conventions=False, max_epochs=args.max_epochs)
     est = result.approaches()[args.approach]
     if isinstance(est, Skipped):
         raise FitError(f"approach {args.approach} cannot be fitted: {est.reason}")

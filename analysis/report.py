@@ -196,7 +196,10 @@ def write_report(args: argparse.Namespace) -> Path:
         sweep_text = sweep_file.read_text(errors="replace")
     key = report_key(to_json_dict(runs, curves, name), sweep_text=sweep_text,
                      options={"bootstrap": args.bootstrap, "seed": args.seed,
-                              "prompt": args.prompt})
+                              "prompt": args.prompt,
+                              # only when given: reports made before the option stay current
+                              **({"max_epochs": args.max_epochs}
+                                 if args.max_epochs is not None else {})})
     if not args.force and is_current(out, key):
         _log(f"report: {out} kept: it was made from the same runs, curves, sweep file, "
              f"options and code (--force makes it again); checked in "
@@ -212,7 +215,8 @@ def write_report(args: argparse.Namespace) -> Path:
                 if args.sweep else None)
         t0, cpu0 = time.monotonic(), time.process_time()
         result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
-                         n_jobs=args.jobs, progress=lambda line: _log(f"report: {line}"))
+                         n_jobs=args.jobs, max_epochs=args.max_epochs,
+                         progress=lambda line: _log(f"report: {line}"))
         _log(f"report: fits with {args.bootstrap} bootstrap resamples in "
              f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
         with staged_folder(out) as tmp:

@@ -157,6 +157,7 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
             "averaged_runs": sel.n_averaged,
             "holdout_runs": 0 if sel.holdout is None else len(sel.holdout),
             "left_out": [{"run": e.run, "reason": e.reason} for e in sel.left_out],
+            "repeated_data": [{"run": run, "epochs": epochs} for run, epochs in sel.repeated],
         },
         "noise": noise_to_json(result.noise),
         "noise_propagation": (

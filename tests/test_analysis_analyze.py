@@ -74,7 +74,7 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     assert out["schedules"] == {"status": "skipped",
                                 "reason": "no cell has both a cosine and a WSD run"}
     assert out["fitted"] == {"points": 63, "schedule": "", "averaged_runs": 0,
-                             "holdout_runs": 0, "left_out": []}
+                             "holdout_runs": 0, "left_out": [], "repeated_data": []}
     assert [r["what"] for r in out["residuals"]][:2] == ["Approach 3", "Approach 2, budget 1e+17"]
     assert all(r["ratio"] is None for r in out["residuals"])  # no noise scale to judge by
     assert out["approaches"]["1"] == {"status": "skipped", "reason": "no training curves"}

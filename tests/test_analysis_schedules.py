@@ -3,6 +3,10 @@ to one schedule."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
 import numpy as np
 import pytest
 
@@ -73,3 +77,38 @@ def test_main_fits_use_the_cosine_runs_only():
     only_wsd = analyze(both.subset(both.frame["schedule"] == "wsd"), bootstrap=0,
                        approaches=("3",), conventions=False)
     assert only_wsd.selection.schedule == "wsd" and not only_wsd.selection.left_out
+
+
+def test_repeated_data_runs_are_named_or_left_out_with_max_epochs(tmp_path):
+    """Issue 17: runs that passed over their train split more than once are named in the
+    selection (and fit.json) by default, and left out with --max-epochs, with the reason."""
+    from analysis.fit import main as fit_main
+    from analysis.reporting.sections import _fitted_words
+    from analysis.runs.selection import select_runs
+    from analysis.schema import analysis_to_json
+
+    grid = isoflop_runs(LAW, np.logspace(17, 19, 4), sizes_per_budget=6, noise=0.003, seed=2)
+    epochs = np.where(grid.column("D") > np.median(grid.column("D")), 2.5, 0.5)
+    epochs[0] = np.nan  # a run recorded before epochs were: never counted as repeated
+    runs = grid.with_frame(grid.frame.assign(epochs=epochs))
+    n_over = int((epochs > 1).sum())
+    kept = select_runs(runs)
+    assert len(kept.fitted) == len(runs) and not kept.left_out
+    assert len(kept.repeated) == n_over and {e for _, e in kept.repeated} == {2.5}
+    strict = select_runs(runs, max_epochs=1.0)
+    assert len(strict.fitted) == len(runs) - n_over and not strict.repeated
+    assert all(e.reason == "repeats its data (2.50 epochs > --max-epochs 1)"
+               for e in strict.left_out) and len(strict.left_out) == n_over
+    assert len(select_runs(runs, max_epochs=3.0).repeated) == n_over  # allowed, still named
+    result = analyze(runs, bootstrap=0, approaches=("3",), conventions=False)
+    assert len(analysis_to_json(result)["fitted"]["repeated_data"]) == n_over
+    assert (f"{n_over} fitted run(s) repeat their data, up to 2.50 epochs"
+            in _fitted_words(result))  # the report's sentence on the fitted points
+    # The CLIs: a CSV's epochs column and --max-epochs.
+    csv = tmp_path / "runs.csv"
+    runs.frame[["N", "D", "loss", "budget", "epochs"]].to_csv(csv, index=False)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert fit_main(["--csv", str(csv), "--budget-col", "budget", "--bootstrap", "0",
+                         "--approach", "3", "--max-epochs", "1", "--json"]) == 0
+    fitted = json.loads(printed.getvalue())["fitted"]
+    assert len(fitted["left_out"]) == n_over and fitted["repeated_data"] == []

@@ -463,9 +463,15 @@ def _fitted_words(result: Analysis) -> str:
         parts.append(f"{sel.n_averaged} seed replicate(s) averaged into their cells")
     if sel.holdout is not None:
         parts.append(f"{len(sel.holdout)} held out")
-    others = len(sel.left_out) - (0 if sel.holdout is None else len(sel.holdout))
-    if others:
-        parts.append(f"{others} of another schedule left out")
+    reasons = [e.reason for e in sel.left_out]
+    if schedules := sum(r.startswith("schedule ") for r in reasons):
+        parts.append(f"{schedules} of another schedule left out")
+    if repeats := sum(r.startswith("repeats its data") for r in reasons):
+        parts.append(f"{repeats} that repeated their data left out (--max-epochs)")
+    if sel.repeated:
+        parts.append(f"{len(sel.repeated)} fitted run(s) repeat their data, up to "
+                     f"{max(e for _, e in sel.repeated):.2f} epochs: their losses are lower "
+                     f"than fresh tokens would give (--max-epochs 1 leaves them out)")
     if not parts:
         return ""
     return f"; the fits use {len(sel.fitted)} points ({'; '.join(parts)})"

@@ -135,6 +135,7 @@ def _row(run: object, flops_key: str) -> dict:
     # A missing role tag means main: ledgers written before held-out runs existed.
     row["role"] = tags.get(keys.TAG_ROLE) or keys.ROLE_MAIN
     row["branch_of"] = tags.get(keys.TAG_BRANCH_OF, "")
+    row["epochs"] = _float(metrics.get(keys.FINAL_EPOCHS))  # NaN: recorded before issue 17
     return row
 
 
@@ -330,7 +331,8 @@ def _optional_columns(source: pd.DataFrame, table: pd.DataFrame, path: Path) -> 
     for name in ("schedule", "branch_of"):
         if name in source.columns:
             table[name] = source[name].fillna("").astype(str).to_numpy()
-    numeric = [c for c in source.columns if c in ("lr", "N_kaplan") or c.startswith("flops_")]
+    numeric = [c for c in source.columns
+               if c in ("lr", "N_kaplan", "epochs") or c.startswith("flops_")]
     for name in numeric:
         table[name] = pd.to_numeric(source[name], errors="coerce").to_numpy(dtype=float)
     if "N_kaplan" in source.columns:

@@ -1,6 +1,6 @@
 """Which runs the fits read: main runs of one schedule, seed replicates averaged.
 
-Three rules, applied in this order, each leaving out runs with a reason:
+Four rules, applied in this order, each leaving out runs with a reason:
 
 1. **Held-out runs are never fitted.** A run tagged ``role = holdout`` exists to test the
    law's prediction (``analysis.checks.heldout``); fitting it would make that test circular.
@@ -9,7 +9,12 @@ Three rules, applied in this order, each leaving out runs with a reason:
    law. When the main runs have several schedules the fits use the cosine runs (Chinchilla's
    recipe, and the sweep's default) or, without cosine runs, the most common schedule; the
    others are compared with them in ``analysis.checks.schedules`` instead.
-3. **One point per cell.** Seed replicates are averaged (``analysis.checks.noise``).
+3. **Repeated data, when asked** (``max_epochs``; the CLIs' ``--max-epochs``). A run that
+   passed over its train split more than once (its ``epochs``, recorded since issue 17) has
+   a lower loss than fresh data would give it (Muennighoff et al. 2023), so a law fitted
+   through it is biased. Without ``max_epochs`` such runs are kept and named
+   (``FitSelection.repeated``), for the report to say so.
+4. **One point per cell.** Seed replicates are averaged (``analysis.checks.noise``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,10 @@ class FitSelection:
     schedule: str
     """The schedule of the fitted runs ("" when the runs do not record it)."""
     left_out: tuple[Excluded, ...]
-    """Finished runs that are not fitted, with the reason (held out, another schedule)."""
+    """Finished runs that are not fitted, with the reason (held out, another schedule,
+    repeated data)."""
+    repeated: tuple[tuple[str, float], ...] = ()
+    """Fitted runs (before averaging) that trained more than one epoch: (name, epochs)."""
 
     @property
     def n_averaged(self) -> int:
@@ -53,8 +61,8 @@ def _names(runs: RunsTable, mask: np.ndarray) -> list[str]:
     return [str(n) or str(r) for n, r in zip(names[mask], frame["run_id"][mask], strict=True)]
 
 
-def select_runs(runs: RunsTable) -> FitSelection:
-    """Apply the three rules of the module docstring. DataError when nothing is left to fit."""
+def select_runs(runs: RunsTable, max_epochs: float | None = None) -> FitSelection:
+    """Apply the four rules of the module docstring. DataError when nothing is left to fit."""
     role = runs.values("role").astype(str).to_numpy()
     held = role == keys.ROLE_HOLDOUT
     if held.all():
@@ -69,9 +77,22 @@ def select_runs(runs: RunsTable) -> FitSelection:
     for name, sched in zip(_names(runs, other), schedule[other], strict=True):
         left_out.append(Excluded(name, f"schedule {sched or 'unknown'}: the fits use the "
                                        f"{chosen or 'unknown-schedule'} runs only"))
-    replicates = runs.subset(~held & ~other)
+    epochs = runs.values("epochs").to_numpy(dtype=float)
+    kept = ~held & ~other
+    if max_epochs is not None:
+        over = kept & (epochs > max_epochs)  # NaN (not recorded) compares False: kept
+        for name, e in zip(_names(runs, over), epochs[over], strict=True):
+            left_out.append(Excluded(name, f"repeats its data ({e:.2f} epochs > "
+                                           f"--max-epochs {max_epochs:g})"))
+        kept &= ~over
+        if not kept.any():
+            raise DataError(f"{runs.source}: every run trained more than {max_epochs:g} "
+                            "epoch(s) (--max-epochs); nothing to fit")
+    repeated = kept & (epochs > 1.0)
+    replicates = runs.subset(kept)
     return FitSelection(
         fitted=collapse_replicates(replicates), replicates=replicates,
         holdout=runs.subset(held) if held.any() else None, schedule=chosen,
         left_out=tuple(left_out),
+        repeated=tuple(zip(_names(runs, repeated), map(float, epochs[repeated]), strict=True)),
     )

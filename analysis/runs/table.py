@@ -44,7 +44,8 @@ REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "
 POSITIVE = ("N", "D", "C", "loss")
 CURVE_COLUMNS = ("run_id", "step", "tokens", "loss")
 OPTIONAL: dict[str, object] = {"seed": -1, "lr": float("nan"), "schedule": "",
-                               "role": keys.ROLE_MAIN, "branch_of": ""}
+                               "role": keys.ROLE_MAIN, "branch_of": "",
+                               "epochs": float("nan")}
 """Optional columns and the value a run has when its table lacks the column."""
 
 

@@ -192,10 +192,13 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
     assert not client.search_registered_models()
 
 
-@pytest.mark.parametrize("store", ["sqlite", "server"])
-def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str) -> None:
-    """Two terminals, one folder, started 1 s apart, on one sqlite ledger or on an `mlflow
-    server` (over that sqlite file): each run is trained by one of them (its lease), the
+@pytest.mark.parametrize("store, second", [("sqlite", 0.0), ("server", 4.0),
+                                           ("sqlite", "mid-sweep"), ("server", "mid-sweep")])
+def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str,
+                                                      second: float | str) -> None:
+    """Two terminals, one folder, on one sqlite ledger or on an `mlflow server` (over that
+    sqlite file); the second started 0 or 4 s after the first, or mid-sweep (once a run has
+    finished and others have not): each run is trained by one of them (its lease), the
     other waits for it and reads its result; both exit 0 with the same table. Before leases
     every run was trained twice."""
     text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [6e9, 1.2e10]")
@@ -209,8 +212,11 @@ def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str
         server.start()
     drivers = []
     try:
-        for i, delay in enumerate((0, 1)):
-            time.sleep(delay)
+        for i in range(2):
+            if i == 1 and second == "mid-sweep":
+                _wait_mid_sweep(tmp_path / "mlflow.db", drivers[0])
+            elif i == 1:
+                time.sleep(float(second))
             env = {**_env(tmp_path), "RAY_TMPDIR": str(Path(os.environ["RAY_TMPDIR"]) / f"d{i}")}
             if server is not None:
                 env["MLFLOW_TRACKING_URI"] = server.url
@@ -240,6 +246,18 @@ def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str
             assert f"{run.data.metrics[keys.FINAL_VAL_LOSS]:.4f}" in out
     assert any("by another driver" in out for out, _ in outs)
     assert not client.search_registered_models()  # every lease was released
+
+
+def _wait_mid_sweep(db: Path, first: subprocess.Popen, timeout: float = 240) -> None:
+    """Until the ledger holds a finished run and one that is not (the first driver still
+    going); fails if the first driver ends before that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and first.poll() is None:
+        status = set(_statuses_read_only(db).values())
+        if keys.STATUS_FINISHED in status and status - {keys.STATUS_FINISHED}:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no mid-sweep moment seen (first driver exit {first.poll()})")
 
 
 def test_sigterm_stops_the_driver_cleanly(tmp_path: Path) -> None:

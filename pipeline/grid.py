@@ -315,7 +315,8 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
             # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.
             ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
             exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt,
-                                 micro_batch_size=_micro_batch(cfg, cell.model, train))
+                                 micro_batch_size=_micro_batch(cfg, cell.model, train),
+                                 workers=cfg.resources.workers_per_run)
             spec = RunSpec(sweep=cfg.name, model=cell.model, data=data, train=train,
                            steps=steps, budget=cell.budget,
                            flops_convention=cfg.flops_convention, exec=exec_spec, role=role)
@@ -331,7 +332,8 @@ def _micro_batch(cfg: SweepConfig, model: ModelConfig, train: TrainSpec) -> int:
     """exec.micro_batch_size of a run: 0 (the whole batch), the sweep's size (at most the
     run's batch: the batch rule's small batches take one pass), or with "auto" the largest
     halving of the batch whose estimated peak fits resources.device_memory_gb."""
-    res, batch = cfg.resources, train.batch_size
+    res = cfg.resources
+    batch = train.batch_size // res.workers_per_run  # the rows one worker trains on
     if res.micro_batch_size is None:
         return 0
     if res.micro_batch_size == "auto":

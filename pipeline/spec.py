@@ -116,6 +116,10 @@ class ExecSpec:
     """Sequences per forward/backward pass (0: the whole batch). A smaller divisor of the
     batch accumulates gradients over batch / micro_batch_size passes: the same tokens and the
     same update up to floating-point rounding, at a fraction of the activation memory."""
+    workers: int = 1
+    """Data-parallel workers (a Ray Train job with DDP when > 1), each training batch /
+    workers rows of every global batch: the same update up to floating-point rounding
+    (pipeline.train.parallel). With micro_batch_size, that divides each worker's rows."""
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         for sk in plan.skipped:
             print(f"  {sk.label}: {sk.reason}", file=sys.stderr)
         return 2
-    slots = slots_here(cfg.resources.num_cpus, args.cpus)
+    slots = slots_here(cfg.resources.cpus_per_run, args.cpus)
     if not args.dry_run and _refused(plan, _estimate(cfg, plan, args, slots, measure=False),
                                      args.sweep_file):
         return 2  # before the ledger is touched: a pure estimate

@@ -165,13 +165,17 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
 def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str,
               fingerprint: str, data_meta: dict | None = None,
               train_tokens: np.ndarray | None = None,
-              val_tokens: np.ndarray | None = None, branch_dir: str | None = None) -> dict:
+              val_tokens: np.ndarray | None = None, branch_dir: str | None = None,
+              worker_gpus: float = 0.0) -> dict:
     """Entry point of a sweep's Ray task (plain data in, plain data out).
 
     Tokens reach the worker one of two ways, both checked against the driver's fingerprint:
     on one machine, the driver's memory-mapped cache (shared through the page cache); on a
     cluster, arrays the driver put once in Ray's object store (zero-copy, read-only on every
     node), so no node re-tokenises a corpus that may differ there (e.g. another stdlib).
+    A run of several workers (exec.workers) is a Ray Train job launched from here
+    (pipeline.train.parallel; this task then holds no CPU, its workers do, each with
+    worker_gpus GPUs).
     """
     spec = RunSpec.from_dict(spec_dict)
     if train_tokens is not None and val_tokens is not None and data_meta is not None:
@@ -183,6 +187,11 @@ def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str
             f"token data on this worker has fingerprint {data.fingerprint[:12]}, the driver's "
             f"is {fingerprint[:12]}: the corpus differs between machines"
         )
+    if spec.exec.workers > 1:
+        from pipeline.train.parallel import run_data_parallel
+
+        return run_data_parallel(spec, uri, mlflow_run_id, checkpoint_dir, data, branch_dir,
+                                 worker_gpus)
     return execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=data,
                          branch_dir=branch_dir)
 

@@ -155,7 +155,12 @@ def test_runs_that_cannot_fit_are_refused_before_anything_starts(tmp_path: Path)
 @pytest.mark.parametrize("resources, message", [
     ("  micro_batch_size: auto\n", "micro_batch_size: auto needs device_memory_gb"),
     ("  micro_batch_size: 3\n", "does not divide train.batch_size=4"),
-], ids=["auto-without-memory", "not-a-divisor"])
+    ("  workers_per_run: 3\n", r"workers_per_run: does not divide train.batch_size=4 \(each "
+                               "worker trains an equal share"),
+    ("  workers_per_run: 2\n  micro_batch_size: 4\n", "micro_batch_size: does not divide "
+                                                      "the sequences each of its workers takes"),
+], ids=["auto-without-memory", "not-a-divisor", "workers-not-a-divisor",
+        "micro-not-a-divisor-of-a-share"])
 def test_micro_batch_settings_are_checked(tmp_path: Path, resources: str, message: str) -> None:
     with pytest.raises(SweepError, match=message):
         load_sweep(_tiny(tmp_path, resources))

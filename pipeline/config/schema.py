@@ -87,19 +87,26 @@ class SweepConfig(Strict):
         return self
 
     def _micro_batch_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
-        """A fixed micro_batch_size must divide every batch the sweep can use."""
-        micro = self.resources.micro_batch_size
-        if not isinstance(micro, int):
-            return []
-        loc = ("resources", "micro_batch_size")
-        if self.train.batch_rule_steps is not None:
-            if micro & (micro - 1):
-                return [(loc, "must be a power of two with train.batch_rule_steps (its "
-                         "batches are powers of two)", micro)]
-            return []
-        batches = {r.batch_size for r in self.train.recipes()}
-        return [(loc, f"does not divide train.batch_size={b} (gradients are accumulated over "
-                 "whole micro-batches)", micro) for b in sorted(batches) if b % micro]
+        """workers_per_run must divide every batch the sweep can use, and a fixed
+        micro_batch_size every worker's share of it."""
+        workers, micro = self.resources.workers_per_run, self.resources.micro_batch_size
+        out: list[tuple[tuple[str | int, ...], str, object]] = []
+        if self.train.batch_rule_steps is not None:  # its batches are powers of two
+            for name, value in (("workers_per_run", workers), ("micro_batch_size", micro)):
+                if isinstance(value, int) and value & (value - 1):
+                    out.append((("resources", name), "must be a power of two with "
+                                "train.batch_rule_steps (its batches are powers of two)", value))
+            return out
+        batches = sorted({r.batch_size for r in self.train.recipes()})
+        out += [(("resources", "workers_per_run"), f"does not divide train.batch_size={b} "
+                 "(each worker trains an equal share of every batch)", workers)
+                for b in batches if b % workers]
+        if isinstance(micro, int) and not out:
+            share = "" if workers == 1 else " the sequences each of its workers takes of"
+            out += [(("resources", "micro_batch_size"), f"does not divide{share} "
+                     f"train.batch_size={b} (gradients are accumulated over whole "
+                     "micro-batches)", micro) for b in batches if (b // workers) % micro]
+        return out
 
     def _shape_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
         """Depths beyond shape.max_depth and d_model values that head_dim does not divide."""

@@ -274,6 +274,17 @@ class ResourcesSection(Strict):
     "auto": per run, the batch halved until the estimated peak fits device_memory_gb
     (required with auto). Unset: the whole batch. Not part of run_id."""
 
+    workers_per_run: Annotated[int, Field(ge=1, le=1024)] = 1
+    """Data-parallel workers per run (issue 18): above 1, each run is a Ray Train job of this
+    many workers, each with num_cpus (and num_gpus), training an equal share of every global
+    batch with DDP (gloo on CPUs, NCCL on GPUs). Must divide every batch. The same update up
+    to floating-point rounding, so not part of run_id (docs/cluster.md)."""
+
+    @property
+    def cpus_per_run(self) -> int:
+        """CPUs one run holds: its workers' together."""
+        return self.num_cpus * self.workers_per_run
+
     @model_validator(mode="after")
     def _auto_needs_memory(self) -> ResourcesSection:
         if self.micro_batch_size == "auto" and self.device_memory_gb is None:

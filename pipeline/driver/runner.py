@@ -80,6 +80,21 @@ def slots_here(num_cpus: int, cpus: int | None) -> int:
     return max(1, (cpus or os.cpu_count() or 1) // num_cpus)
 
 
+def workers_problem(res, have: dict[str, float]) -> str | None:
+    """Why the Ray cluster (or this machine) can never hold one run, or None: a run of W
+    workers needs W x num_cpus CPUs (and W x num_gpus GPUs) at once; left pending it would
+    wait for ever."""
+    w = res.workers_per_run
+    if w == 1:  # one worker: Ray schedules it as any task (unchanged)
+        return None
+    for what, need in (("CPU", res.cpus_per_run), ("GPU", res.num_gpus * w)):
+        if need > have.get(what, 0) + 1e-9:
+            return (f"resources.workers_per_run = {w}: a run needs {w} workers x "
+                    f"{need / w:g} {what}(s) = {need:g} at once; there are "
+                    f"{have.get(what, 0):g} {what}(s) here")
+    return None
+
+
 def cluster_slots(num_cpus: int, num_gpus: float) -> int:
     """Runs the connected cluster holds at a time (its CPUs and GPUs right now)."""
     import ray
@@ -147,7 +162,7 @@ class _Runner:
         self.by_budget: dict[str, list[float]] = defaultdict(list)
         self.task = None
         self.shipped: tuple = ()
-        self.slots = slots_here(cfg.resources.num_cpus, cpus)
+        self.slots = slots_here(cfg.resources.cpus_per_run, cpus)
 
     # --- the ledger and the leases -------------------------------------------------------
     def reconcile(self) -> list[tuple[RunSpec, str]]:
@@ -222,17 +237,21 @@ class _Runner:
 
         res = self.cfg.resources
         init_ray(self.address, self.cpus)
+        if problem := workers_problem(res, ray.cluster_resources()):
+            raise SweepError(problem)
         # Device placement follows what Ray assigned: with num_gpus > 0 Ray sets
         # CUDA_VISIBLE_DEVICES to the task's GPU(s), so device "auto" is cuda:0 of the task;
         # with num_gpus 0 it leaves the variable alone (Ray 2.60), and "auto" would take a GPU
         # that Ray gave to another task: hide CUDA devices from the run instead.
         hide_gpus = {} if res.num_gpus > 0 else {"runtime_env": {"env_vars": {
             "CUDA_VISIBLE_DEVICES": ""}}}
-        self.task = ray.remote(run_trial).options(
-            num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=res.max_retries,
-            retry_exceptions=False, **hide_gpus)
+        options = dict(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
+                       max_retries=res.max_retries, retry_exceptions=False, **hide_gpus)
+        if res.workers_per_run > 1:  # the task coordinates; its Ray Train workers hold these
+            options.update(num_cpus=0, num_gpus=0)
+        self.task = ray.remote(run_trial).options(**options)
         if self.address:
-            self.slots = cluster_slots(res.num_cpus, res.num_gpus)
+            self.slots = cluster_slots(res.cpus_per_run, res.num_gpus * res.workers_per_run)
             warn_loopback_uri(self.uri)
             # Cluster: the tokens go to the object store once; every node reads them zero-copy.
             meta = {k: getattr(self.data, k) for k in (
@@ -250,7 +269,8 @@ class _Runner:
             branch_dir = str(branch_folder(self.root / self.cfg.name / spec.exec.branch_from,
                                            spec.exec.branch_step))
         ref = self.task.remote(spec.to_dict(), self.uri, mlflow_run_id, ckpt,
-                               self.data.fingerprint, *self.shipped, branch_dir=branch_dir)
+                               self.data.fingerprint, *self.shipped, branch_dir=branch_dir,
+                               worker_gpus=self.cfg.resources.num_gpus)
         self.pending[ref] = (spec, mlflow_run_id)
 
     def collect(self, ref) -> None:

@@ -33,6 +33,14 @@ from pipeline.ledger import ui
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
+from pipeline.train.parallel import (
+    SINGLE,
+    World,
+    current_world,
+    local_rows,
+    mean_over_workers,
+    wrap,
+)
 
 
 class Tracker(Protocol):
@@ -197,6 +205,10 @@ class _Run:
     """Wall seconds of the attempts before this one (from the checkpoint resumed)."""
     data_fingerprint: str = ""
     """The tokens' fingerprint, saved in every checkpoint and checked on resume."""
+    world: World = SINGLE
+    """This worker's rank among the run's data-parallel workers (rank 0 writes)."""
+    forward: torch.nn.Module | None = None
+    """What a training step calls: DDP over model with several workers, else model."""
 
     @property
     def tokens_per_step(self) -> int:
@@ -204,7 +216,7 @@ class _Run:
 
     def save_checkpoint(self, step: int, wall: float, folder: str | Path | None = None) -> None:
         folder = self.checkpoint_dir if folder is None else folder
-        if folder is None:
+        if folder is None or not self.world.writes:
             return
         # Metrics up to `step` reach the store before the checkpoint of `step` exists: a run
         # resumed from it logs only later steps, so no point is lost between the two.
@@ -304,12 +316,14 @@ def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> To
 
 def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor, float]:
     """One optimizer step at the schedule's LR; returns the (device) loss and the LR."""
-    spec, t, model, optimizer = run.spec, run.spec.train, run.model, run.optimizer
+    spec, t, optimizer = run.spec, run.spec.train, run.optimizer
+    model = run.forward or run.model
     lr = lr_at(step, spec)
     for group in optimizer.param_groups:
         group["lr"] = lr
     x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device,
                      sampling=t.sampling)
+    x, y = local_rows(x, y, run.world)  # this worker's rows of the global batch
     passes = micro_batches(x, y, spec)
     if len(passes) == 1:
         with autocast_for(spec, run.device):
@@ -326,7 +340,7 @@ def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip, foreach=True)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss, lr
+    return mean_over_workers(loss, run.world), lr
 
 
 def _result(run: _Run, steps_done: int, wall: float, resumed_from: int | None) -> RunResult:
@@ -391,11 +405,15 @@ def train(
     data = _checked_data(spec, data, tracker)
     torch.manual_seed(t.seed)
     model = Transformer(cfg).to(device)
+    world = current_world()
+    if t.batch_size % world.size:
+        raise ValueError(f"batch_size={t.batch_size} does not split over {world.size} workers")
     run = _Run(spec, tracker, model, make_optimizer(model, spec, device), device,
                evals=eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches,
                                   device=device),
                bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir,
-               data_fingerprint=data.fingerprint)
+               data_fingerprint=data.fingerprint, world=world,
+               forward=wrap(model, world, device))
     tokens_per_step = run.tokens_per_step
     eval_every = t.resolved_eval_interval(spec.steps)
     log_every = max(1, spec.exec.log_interval)

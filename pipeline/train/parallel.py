@@ -1,0 +1,164 @@
+"""Data-parallel runs (issue 18): one run trained by W workers of a Ray Train job, with
+PyTorch DDP averaging the gradients (gloo on the CPU, NCCL on GPUs).
+
+Why the result does not depend on W: the global batch of step s is still the pure function
+of (seed, step) (pipeline.data.get_batch); worker r trains on rows [r*B/W, (r+1)*B/W) of it,
+each worker's loss is the mean over its rows, and DDP averages the W gradients, which for
+equal slices is the gradient of the global batch's mean loss. Clipping, AdamW and the
+schedule then see the same gradient on every worker, so the weights stay identical (DDP
+broadcasts rank 0's initial weights, and every rank seeds the same way anyway). What differs
+is floating-point summation order: the final loss agrees to ~1e-6 relative on the CPU
+(tests/test_parallel.py).
+
+One MLflow child run per run, written by rank 0 (pipeline.trial.execute_trial); the other
+ranks train with a NullTracker. Checkpoints are the run's own (pipeline.checkpoint), written by
+rank 0 into the run's folder and read by every rank on resume, so a W-worker run resumes,
+and is retried after a lost worker, exactly as a single-worker run: Ray Train's own
+checkpoint API would add a second copy of the same state without changing what is restored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the run's workers."""
+
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def writes(self) -> bool:
+        """Rank 0 records metrics and writes checkpoints; the others only train."""
+        return self.rank == 0
+
+
+SINGLE = World()
+
+
+def current_world() -> World:
+    """The torch.distributed process group this process is in (Ray Train set it up), or a
+    single worker."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return World(dist.get_rank(), dist.get_world_size())
+    return SINGLE
+
+
+def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:
+    """The module the training step calls: DDP over `model` with several workers (its
+    gradients averaged across them), `model` itself with one."""
+    if world.size == 1:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
+
+
+def local_rows(x: torch.Tensor, y: torch.Tensor,
+               world: World) -> tuple[torch.Tensor, torch.Tensor]:
+    """This worker's slice of the global batch (rows [r*B/W, (r+1)*B/W))."""
+    if world.size == 1:
+        return x, y
+    part = len(x) // world.size
+    rows = slice(world.rank * part, (world.rank + 1) * part)
+    return x[rows], y[rows]
+
+
+def mean_over_workers(loss: torch.Tensor, world: World) -> torch.Tensor:
+    """The global batch's mean loss from each worker's mean (equal slices), on every worker:
+    the logged loss, and the divergence check, agree across ranks."""
+    if world.size == 1:
+        return loss
+    import torch.distributed as dist
+
+    total = loss.detach().clone()
+    dist.all_reduce(total)
+    return total / world.size
+
+
+# --- the Ray Train job -----------------------------------------------------------------------
+
+RESULT_FILE = "data_parallel_result.json"  # rank 0's trial summary, read by the coordinator
+
+
+def run_data_parallel(spec, uri: str, mlflow_run_id: str, checkpoint_dir: str, data,
+                      branch_dir: str | None, num_gpus: float) -> dict:
+    """Train `spec` with spec.exec.workers Ray Train workers; returns rank 0's trial summary
+    (the dict pipeline.trial.execute_trial returns). Called inside the sweep's Ray task (a
+    coordinator that holds no CPU: the workers do)."""
+    import ray
+    import ray.train
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    workers = spec.exec.workers
+    # Tokens: a local cache pickles as its path (each worker maps it); arrays the driver put
+    # in the object store (a cluster) go by reference, read zero-copy on each worker's node.
+    shipped = None if data.cache_path else _shipped(data, ray)
+    folder = Path(checkpoint_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    result_path = folder / RESULT_FILE
+    result_path.unlink(missing_ok=True)
+
+    def loop(_config: dict) -> None:
+        from pipeline.train import NullTracker, train
+        from pipeline.trial import execute_trial
+
+        tokens = data if shipped is None else _received(*shipped)
+        if ray.train.get_context().get_world_rank() == 0:
+            out = execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=tokens,
+                                branch_dir=branch_dir)
+            tmp = result_path.with_suffix(f".tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(out))
+            os.replace(tmp, result_path)
+            if out["status"] == "failed":  # the other ranks wait in a collective: end them
+                raise RuntimeError(f"rank 0 failed: {out.get('error', '')}")
+        else:
+            train(spec, NullTracker(), checkpoint_dir=checkpoint_dir, resume=True,
+                  data=tokens, branch_dir=branch_dir)
+
+    per_worker = {"CPU": spec.exec.threads}
+    if num_gpus > 0:
+        per_worker["GPU"] = num_gpus
+    trainer = TorchTrainer(
+        loop,
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=num_gpus > 0,
+                                     resources_per_worker=per_worker),
+        run_config=RunConfig(name=f"{spec.run_id}-ray-train",
+                             storage_path=str(folder.resolve() / "ray_train"),
+                             failure_config=FailureConfig(max_failures=0)),
+    )
+    try:
+        trainer.fit()
+    except Exception as e:  # noqa: BLE001 - rank 0's own record says what happened, if any
+        if not result_path.exists():
+            raise RuntimeError(f"data-parallel run {spec.run_id} ({workers} workers) failed "
+                               f"before rank 0 recorded it: {e}") from e
+    return json.loads(result_path.read_text())
+
+
+_META = ("vocab_size", "fingerprint", "corpus_fingerprint", "train_bytes", "val_bytes",
+         "tokenizer_config", "n_train_docs", "n_val_docs")
+
+
+def _shipped(data, ray) -> tuple:
+    """The tokens by reference: the arrays in the object store, the rest as it is."""
+    return ({k: getattr(data, k) for k in _META}, ray.put(data.train), ray.put(data.val))
+
+
+def _received(meta: dict, train_ref, val_ref):
+    import ray
+
+    from pipeline.data import TokenData
+
+    return TokenData(train=ray.get(train_ref), val=ray.get(val_ref), **meta)

@@ -118,9 +118,12 @@ def stop_on_sigint() -> Iterator[Callable[[], bool] | None]:
 
 
 def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: str,
-                  data: TokenData | None = None, branch_dir: str | None = None) -> dict:
+                  data: TokenData | None = None, branch_dir: str | None = None,
+                  interrupted: Callable[[BaseException], bool] | None = None) -> dict:
     """Train spec (resuming from checkpoint_dir; a WSD branch starting from the trunk's state
-    in branch_dir) and record the outcome; returns a summary."""
+    in branch_dir) and record the outcome; returns a summary. An exception for which
+    interrupted(e) is true (a data-parallel peer lost) ends the attempt KILLED and is raised,
+    as a stop is: the run resumes from its checkpoint instead of being recorded failed."""
     delay = float(os.environ.get(START_DELAY_ENV) or 0)
     if delay > 0:
         time.sleep(delay)
@@ -145,6 +148,9 @@ def execute_trial(spec: RunSpec, uri: str, mlflow_run_id: str, checkpoint_dir: s
         tracker.end(keys.STATUS_KILLED)
         raise
     except Exception as e:  # noqa: BLE001 - every failure is recorded, then reported
+        if interrupted is not None and interrupted(e):
+            tracker.end(keys.STATUS_KILLED)
+            raise
         tracker.log_text(traceback.format_exc(), "traceback.txt")
         tracker.set_tags({keys.TAG_ERROR: f"{type(e).__name__}: {e}"[:500]})
         tracker.end(keys.STATUS_FAILED)
@@ -166,7 +172,7 @@ def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str
               fingerprint: str, data_meta: dict | None = None,
               train_tokens: np.ndarray | None = None,
               val_tokens: np.ndarray | None = None, branch_dir: str | None = None,
-              worker_gpus: float = 0.0) -> dict:
+              worker_gpus: float = 0.0, max_retries: int = 2) -> dict:
     """Entry point of a sweep's Ray task (plain data in, plain data out).
 
     Tokens reach the worker one of two ways, both checked against the driver's fingerprint:
@@ -191,7 +197,7 @@ def run_trial(spec_dict: dict, uri: str, mlflow_run_id: str, checkpoint_dir: str
         from pipeline.train.parallel import run_data_parallel
 
         return run_data_parallel(spec, uri, mlflow_run_id, checkpoint_dir, data, branch_dir,
-                                 worker_gpus)
+                                 worker_gpus, max_retries)
     return execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=data,
                          branch_dir=branch_dir)
 

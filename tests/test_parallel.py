@@ -126,3 +126,37 @@ def test_a_sweep_of_two_worker_runs_records_them_as_one_worker_runs(tmp_path: Pa
     assert steps == single.curve["step"]  # one point per evaluation: rank 0 alone wrote them
     got = run.data.metrics[keys.FINAL_VAL_LOSS]
     assert abs(got - single.final_val_loss) / single.final_val_loss < 1e-3, (got, single)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_is_replaced_and_the_run_resumes(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """Rank 1 SIGKILLs itself after step 70 (checkpoints every 50): Ray Train ends the
+    group, a new group resumes from step 50, and the ledger holds one finished run, in its
+    second attempt, with one validation point per evaluation and the loss of one worker."""
+    import ray
+
+    from pipeline.train.parallel import KILL_WORKER_ENV, run_data_parallel
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    data = load_data(DATA, cache_dir=str(tmp_path / "cache"))
+    single = train(_spec(1), NullTracker(), data=data)
+    spec = _spec(2)
+    marker = tmp_path / "killed"
+    monkeypatch.setenv(KILL_WORKER_ENV, f"{spec.run_id}:70:{marker}")  # before Ray starts
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = Ledger(uri, "ddp").create_trial(spec, None)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        out = run_data_parallel(spec, uri, record.mlflow_run_id, str(tmp_path / "ckpt"), data,
+                                None, 0, max_retries=1)
+    finally:
+        ray.shutdown()
+    assert marker.exists(), "the worker was not killed"
+    assert out["status"] == keys.STATUS_FINISHED and out["resumed_from"] == 50, out
+    run = MlflowClient(tracking_uri=uri).get_run(record.mlflow_run_id)
+    assert run.data.tags[keys.TAG_ATTEMPTS] == "2"
+    history = MlflowClient(tracking_uri=uri).get_metric_history(record.mlflow_run_id,
+                                                                keys.VAL_LOSS)
+    assert [p.step for p in history] == single.curve["step"]
+    assert abs(out["final_val_loss"] - single.final_val_loss) / single.final_val_loss < 1e-3

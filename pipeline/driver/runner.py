@@ -270,7 +270,8 @@ class _Runner:
                                            spec.exec.branch_step))
         ref = self.task.remote(spec.to_dict(), self.uri, mlflow_run_id, ckpt,
                                self.data.fingerprint, *self.shipped, branch_dir=branch_dir,
-                               worker_gpus=self.cfg.resources.num_gpus)
+                               worker_gpus=self.cfg.resources.num_gpus,
+                               max_retries=self.cfg.resources.max_retries)
         self.pending[ref] = (spec, mlflow_run_id)
 
     def collect(self, ref) -> None:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,16 +88,34 @@ def mean_over_workers(loss: torch.Tensor, world: World) -> torch.Tensor:
     return total / world.size
 
 
+def peer_lost(error: BaseException) -> bool:
+    """A collective that failed because another worker went away (its process or node died):
+    an interruption of the run, not an outcome of it. torch raises DistError subclasses for
+    most backend failures; gloo's lost TCP pair is a plain RuntimeError naming its source."""
+    import torch.distributed as dist
+
+    text = str(error)
+    return isinstance(error, dist.DistError) or "/gloo/transport/" in text or "NCCL" in text
+
+
 # --- the Ray Train job -----------------------------------------------------------------------
 
 RESULT_FILE = "data_parallel_result.json"  # rank 0's trial summary, read by the coordinator
+# Test hook (tests/test_parallel.py): "<run_id>:<step>:<marker file>" makes rank 1 SIGKILL
+# itself after that step, once (the marker records it): a worker lost mid-run.
+KILL_WORKER_ENV = "SCALING_INJECT_WORKER_KILL"
 
 
 def run_data_parallel(spec, uri: str, mlflow_run_id: str, checkpoint_dir: str, data,
-                      branch_dir: str | None, num_gpus: float) -> dict:
+                      branch_dir: str | None, num_gpus: float, max_retries: int = 2) -> dict:
     """Train `spec` with spec.exec.workers Ray Train workers; returns rank 0's trial summary
     (the dict pipeline.trial.execute_trial returns). Called inside the sweep's Ray task (a
-    coordinator that holds no CPU: the workers do)."""
+    coordinator that holds no CPU: the workers do).
+
+    A worker lost before rank 0 recorded the outcome (a killed process, a lost node: Ray Train
+    then ends the whole group) is retried up to max_retries times with a new group, which
+    resumes from the run's last checkpoint, as Ray retries a single-worker run's task. An
+    outcome rank 0 recorded (finished, diverged, failed) is final, as for one worker."""
     import ray
     import ray.train
     from ray.train import FailureConfig, RunConfig, ScalingConfig
@@ -117,7 +137,7 @@ def run_data_parallel(spec, uri: str, mlflow_run_id: str, checkpoint_dir: str, d
         tokens = data if shipped is None else _received(*shipped)
         if ray.train.get_context().get_world_rank() == 0:
             out = execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=tokens,
-                                branch_dir=branch_dir)
+                                branch_dir=branch_dir, interrupted=peer_lost)
             tmp = result_path.with_suffix(f".tmp-{os.getpid()}")
             tmp.write_text(json.dumps(out))
             os.replace(tmp, result_path)
@@ -125,26 +145,51 @@ def run_data_parallel(spec, uri: str, mlflow_run_id: str, checkpoint_dir: str, d
                 raise RuntimeError(f"rank 0 failed: {out.get('error', '')}")
         else:
             train(spec, NullTracker(), checkpoint_dir=checkpoint_dir, resume=True,
-                  data=tokens, branch_dir=branch_dir)
+                  data=tokens, branch_dir=branch_dir, on_step=_kill_hook(spec))
 
     per_worker = {"CPU": spec.exec.threads}
     if num_gpus > 0:
         per_worker["GPU"] = num_gpus
-    trainer = TorchTrainer(
-        loop,
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=num_gpus > 0,
-                                     resources_per_worker=per_worker),
-        run_config=RunConfig(name=f"{spec.run_id}-ray-train",
-                             storage_path=str(folder.resolve() / "ray_train"),
-                             failure_config=FailureConfig(max_failures=0)),
-    )
-    try:
-        trainer.fit()
-    except Exception as e:  # noqa: BLE001 - rank 0's own record says what happened, if any
-        if not result_path.exists():
-            raise RuntimeError(f"data-parallel run {spec.run_id} ({workers} workers) failed "
-                               f"before rank 0 recorded it: {e}") from e
+    for attempt in range(max_retries + 1):
+        trainer = TorchTrainer(
+            loop,
+            scaling_config=ScalingConfig(num_workers=workers, use_gpu=num_gpus > 0,
+                                         resources_per_worker=per_worker),
+            # A fresh name per attempt: Ray Train must not restore a group of its own; the
+            # run's checkpoint folder is what every attempt resumes from.
+            run_config=RunConfig(name=f"{spec.run_id}-{uuid.uuid4().hex[:8]}",
+                                 storage_path=str(folder.resolve() / "ray_train"),
+                                 failure_config=FailureConfig(max_failures=0)),
+        )
+        try:
+            trainer.fit()
+            break
+        except Exception as e:  # noqa: BLE001 - rank 0's own record says what happened, if any
+            if result_path.exists():
+                break
+            if attempt == max_retries:
+                raise RuntimeError(f"data-parallel run {spec.run_id} ({workers} workers) lost "
+                                   f"a worker {attempt + 1} time(s): {e}") from e
     return json.loads(result_path.read_text())
+
+
+def _kill_hook(spec):
+    """on_step of rank 1 when KILL_WORKER_ENV names this run (tests only), else None."""
+    target = os.environ.get(KILL_WORKER_ENV, "")
+    if target.count(":") < 2 or not target.startswith(spec.run_id + ":"):
+        return None
+    _, step, marker = target.split(":", 2)
+    import ray.train
+
+    if ray.train.get_context().get_world_rank() != 1 or Path(marker).exists():
+        return None
+
+    def hook(done: int) -> None:
+        if done == int(step):
+            Path(marker).write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
 
 
 _META = ("vocab_size", "fingerprint", "corpus_fingerprint", "train_bytes", "val_bytes",

@@ -316,7 +316,8 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
             ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
             exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt,
                                  micro_batch_size=_micro_batch(cfg, cell.model, train),
-                                 workers=cfg.resources.workers_per_run)
+                                 workers=cfg.resources.workers_per_run,
+                                 sharding=cfg.resources.sharding)
             spec = RunSpec(sweep=cfg.name, model=cell.model, data=data, train=train,
                            steps=steps, budget=cell.budget,
                            flops_convention=cfg.flops_convention, exec=exec_spec, role=role)

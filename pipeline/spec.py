@@ -120,6 +120,9 @@ class ExecSpec:
     """Data-parallel workers (a Ray Train job with DDP when > 1), each training batch /
     workers rows of every global batch: the same update up to floating-point rounding
     (pipeline.train.parallel). With micro_batch_size, that divides each worker's rows."""
+    sharding: str = "ddp"
+    """With workers > 1: "ddp" (every worker holds the whole model and optimizer state) or
+    "fsdp" (FSDP2: parameters, gradients and AdamW state sharded across the workers)."""
 
 
 @dataclass(frozen=True)

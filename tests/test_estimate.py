@@ -159,8 +159,9 @@ def test_runs_that_cannot_fit_are_refused_before_anything_starts(tmp_path: Path)
                                "worker trains an equal share"),
     ("  workers_per_run: 2\n  micro_batch_size: 4\n", "micro_batch_size: does not divide "
                                                       "the sequences each of its workers takes"),
+    ("  sharding: fsdp\n", "sharding: fsdp needs workers_per_run > 1"),
 ], ids=["auto-without-memory", "not-a-divisor", "workers-not-a-divisor",
-        "micro-not-a-divisor-of-a-share"])
+        "micro-not-a-divisor-of-a-share", "fsdp-with-one-worker"])
 def test_micro_batch_settings_are_checked(tmp_path: Path, resources: str, message: str) -> None:
     with pytest.raises(SweepError, match=message):
         load_sweep(_tiny(tmp_path, resources))

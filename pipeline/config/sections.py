@@ -280,6 +280,11 @@ class ResourcesSection(Strict):
     batch with DDP (gloo on CPUs, NCCL on GPUs). Must divide every batch. The same update up
     to floating-point rounding, so not part of run_id (docs/cluster.md)."""
 
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    """With workers_per_run > 1: "ddp" (each worker holds the whole model, gradients and
+    AdamW state; gradients averaged) or "fsdp" (FSDP2: all three sharded across the workers,
+    for models whose optimizer state does not fit one device). Not part of run_id."""
+
     @property
     def cpus_per_run(self) -> int:
         """CPUs one run holds: its workers' together."""
@@ -290,6 +295,9 @@ class ResourcesSection(Strict):
         if self.micro_batch_size == "auto" and self.device_memory_gb is None:
             raise ValueError("micro_batch_size: auto needs device_memory_gb (the memory the "
                              "micro-batch must fit)")
+        if self.sharding == "fsdp" and self.workers_per_run == 1:
+            raise ValueError("sharding: fsdp needs workers_per_run > 1 (it shards the model "
+                             "across a run's workers)")
         return self
 
 

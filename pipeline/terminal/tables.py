@@ -66,7 +66,8 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
             notes.append(f"from {s.exec.branch_from[:6]} at step {s.exec.branch_step}")
         rows = s.train.batch_size // s.exec.workers  # each worker's share of the batch
         if s.exec.workers > 1:
-            notes.append(f"{s.exec.workers} workers x {rows} sequences")
+            notes.append(f"{s.exec.workers} workers x {rows} sequences"
+                         + (", fsdp" if s.exec.sharding == "fsdp" else ""))
         if s.exec.micro_batch_size:
             notes.append(f"{rows // s.exec.micro_batch_size} passes of "
                          f"{s.exec.micro_batch_size}")

@@ -33,14 +33,8 @@ from pipeline.ledger import ui
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
-from pipeline.train.parallel import (
-    SINGLE,
-    World,
-    current_world,
-    local_rows,
-    mean_over_workers,
-    wrap,
-)
+from pipeline.train import parallel
+from pipeline.train.parallel import SINGLE, World
 
 
 class Tracker(Protocol):
@@ -216,13 +210,18 @@ class _Run:
 
     def save_checkpoint(self, step: int, wall: float, folder: str | Path | None = None) -> None:
         folder = self.checkpoint_dir if folder is None else folder
-        if folder is None or not self.world.writes:
+        if folder is None:
+            return
+        sharding = self.spec.exec.sharding
+        model_state, optimizer_state = parallel.training_state(self.model, self.optimizer,
+                                                               sharding)
+        if not self.world.writes:  # rank 0 writes (after every rank took part in a gather)
             return
         # Metrics up to `step` reach the store before the checkpoint of `step` exists: a run
         # resumed from it logs only later steps, so no point is lost between the two.
         self.tracker.flush()
         checkpoint.save(folder, step, {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "model": model_state, "optimizer": optimizer_state, "sharding": sharding,
             "rng": torch.get_rng_state(), "step": step, "curve": self.curve, "wall_s": wall,
             "train_loss": self.last_train_loss, "run_id": self.spec.run_id,
             "data_fingerprint": self.data_fingerprint,
@@ -289,8 +288,7 @@ class _Run:
                 self._check_identity(state, branch_dir, None)
         if state is None:
             return None
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        parallel.load_training_state(self.model, self.optimizer, state, self.spec.exec.sharding)
         torch.set_rng_state(state["rng"])
         self.curve = {k: list(v) for k, v in state["curve"].items()}
         self.last_train_loss = float(state.get("train_loss", math.nan))
@@ -323,7 +321,7 @@ def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor
         group["lr"] = lr
     x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device,
                      sampling=t.sampling)
-    x, y = local_rows(x, y, run.world)  # this worker's rows of the global batch
+    x, y = parallel.local_rows(x, y, run.world)  # this worker's rows of the global batch
     passes = micro_batches(x, y, spec)
     if len(passes) == 1:
         with autocast_for(spec, run.device):
@@ -340,7 +338,7 @@ def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip, foreach=True)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return mean_over_workers(loss, run.world), lr
+    return parallel.mean_over_workers(loss, run.world), lr
 
 
 def _result(run: _Run, steps_done: int, wall: float, resumed_from: int | None) -> RunResult:
@@ -405,15 +403,15 @@ def train(
     data = _checked_data(spec, data, tracker)
     torch.manual_seed(t.seed)
     model = Transformer(cfg).to(device)
-    world = current_world()
+    world = parallel.current_world()
     if t.batch_size % world.size:
         raise ValueError(f"batch_size={t.batch_size} does not split over {world.size} workers")
+    forward = parallel.wrap(model, world, device, spec.exec.sharding)  # before the optimizer
     run = _Run(spec, tracker, model, make_optimizer(model, spec, device), device,
                evals=eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches,
                                   device=device),
                bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir,
-               data_fingerprint=data.fingerprint, world=world,
-               forward=wrap(model, world, device))
+               data_fingerprint=data.fingerprint, world=world, forward=forward)
     tokens_per_step = run.tokens_per_step
     eval_every = t.resolved_eval_interval(spec.steps)
     log_every = max(1, spec.exec.log_interval)

@@ -55,15 +55,58 @@ def current_world() -> World:
     return SINGLE
 
 
-def wrap(model: torch.nn.Module, world: World, device: torch.device) -> torch.nn.Module:
+def wrap(model: torch.nn.Module, world: World, device: torch.device,
+         sharding: str = "ddp") -> torch.nn.Module:
     """The module the training step calls: DDP over `model` with several workers (its
-    gradients averaged across them), `model` itself with one."""
+    gradients averaged across them), `model` itself with one. With sharding "fsdp", `model`
+    is sharded in place (FSDP2's fully_shard: each block, then the rest) and returned: the
+    optimizer must be made after this, over the sharded parameters."""
     if world.size == 1:
+        return model
+    if sharding == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)  # embeddings, final norm and (tied) head: the root group
         return model
     from torch.nn.parallel import DistributedDataParallel
 
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                   sharding: str) -> tuple[dict, dict]:
+    """(model, optimizer) state as a checkpoint holds it. FSDP's shards are gathered into the
+    full tensors on the CPU (a collective: every rank calls it; rank 0 writes), so the file
+    has the layout of an unsharded run's, keyed by parameter name."""
+    if sharding != "fsdp":
+        return model.state_dict(), optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    return get_state_dict(model, optimizer,
+                          options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                        state: dict, sharding: str) -> None:
+    """The inverse of training_state: every rank loads the full state it read from the file
+    and keeps its shards (FSDP), or loads it whole."""
+    saved = state.get("sharding", "ddp")
+    if (saved == "fsdp") != (sharding == "fsdp"):
+        raise ValueError(f"checkpoint of step {state.get('step')} was written with sharding "
+                         f"{saved!r}; this run uses {sharding!r}: resume it with the sharding "
+                         "it was written with")
+    if sharding != "fsdp":
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"],
+                   options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def local_rows(x: torch.Tensor, y: torch.Tensor,

@@ -316,7 +316,7 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
             ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
             exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt,
                                  micro_batch_size=_micro_batch(cfg, cell.model, train),
-                                 workers=cfg.resources.workers_per_run,
+                                 workers=_workers(cfg, cell.model),
                                  sharding=cfg.resources.sharding)
             spec = RunSpec(sweep=cfg.name, model=cell.model, data=data, train=train,
                            steps=steps, budget=cell.budget,
@@ -329,12 +329,20 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
     return specs
 
 
+def _workers(cfg: SweepConfig, model: ModelConfig) -> int:
+    """exec.workers of a run: resources.workers_per_run, or 1 below workers_from_params."""
+    res = cfg.resources
+    if res.workers_from_params is not None and flops.params_total(model) < res.workers_from_params:
+        return 1
+    return res.workers_per_run
+
+
 def _micro_batch(cfg: SweepConfig, model: ModelConfig, train: TrainSpec) -> int:
     """exec.micro_batch_size of a run: 0 (the whole batch), the sweep's size (at most the
     run's batch: the batch rule's small batches take one pass), or with "auto" the largest
     halving of the batch whose estimated peak fits resources.device_memory_gb."""
     res = cfg.resources
-    batch = train.batch_size // res.workers_per_run  # the rows one worker trains on
+    batch = train.batch_size // _workers(cfg, model)  # the rows one worker trains on
     if res.micro_batch_size is None:
         return 0
     if res.micro_batch_size == "auto":

@@ -367,6 +367,38 @@ def test_fractional_gpu_runs_go_where_ray_assigned_them(two_nodes: LocalCluster,
 
 
 @pytest.mark.slow
+def test_submitted_sweep_mixes_one_and_two_worker_runs(two_nodes: LocalCluster,
+                                                       tmp_path: Path) -> None:
+    """Issue 18 under `ray job submit`: the 8k-parameter run trains on 2 Ray Train workers
+    (DDP over gloo), one on each node (each has 1 CPU), the 3k one on a single worker; the
+    tokens reach the workers through the object store; rank 0 alone writes the run."""
+    c = two_nodes
+    text = TINY.read_text().replace("name: tiny", "name: tinyddp")
+    text = text.replace("budgets: [3e9, 6e9]", "budgets: [6e9]")
+    text = text.replace("resources:\n  num_cpus: 1", "resources:\n  num_cpus: 1\n"
+                        "  workers_per_run: 2\n  workers_from_params: 5000")
+    workdir = _workdir(tmp_path, "ddp.yaml", text)
+    job = c.submit(workdir, "ddp.yaml", "ddp-1", stdout=subprocess.PIPE,
+                   stderr=subprocess.STDOUT)
+    try:
+        out, _ = job.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, _ = job.communicate()
+        pytest.fail(f"the job did not end in 240 s:\n{out[-6000:]}")
+    assert job.returncode == 0, out[-5000:]
+    runs = _trials(c.tracking_uri, "tinyddp")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs), out[-3000:]
+    client = MlflowClient(tracking_uri=c.tracking_uri)
+    for run in runs:
+        steps = [p.step for p in client.get_metric_history(run.info.run_id, keys.VAL_LOSS)]
+        assert steps == sorted(set(steps)) and len(steps) >= 4  # one writer per run
+    assert "2 workers x 2 sequences" in out  # the plan said which run is data-parallel
+    nodes = {r.data.tags["node"] for r in runs}
+    assert nodes <= {c.node_id("head"), c.node_id(c.worker)}
+
+
+@pytest.mark.slow
 def test_killed_worker_node_runs_are_retried_on_the_head(two_nodes: LocalCluster,
                                                          tmp_path: Path) -> None:
     c = two_nodes

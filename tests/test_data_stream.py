@@ -295,3 +295,15 @@ def test_prepare_cli_errors_name_the_file_and_value(tmp_path, capsys):
     assert main(["prepare", str(sweep), "--cache-dir", str(tmp_path / "c")]) == 2
     err = capsys.readouterr().err
     assert "missing_folder" in err and "Traceback" not in err
+
+
+def test_tokens_that_are_not_a_cache_entry_pickle_by_value():
+    """TokenData built from arrays (a cluster's workers get them from Ray's object store)
+    has no cache file to reopen: it pickles its arrays (issue 18's Ray Train workers)."""
+    import pickle
+
+    data = D.TokenData(train=np.arange(10, dtype=np.uint16), val=np.arange(3, dtype=np.uint16),
+                       vocab_size=256, fingerprint="f" * 64, corpus_fingerprint="c" * 64,
+                       train_bytes=10, val_bytes=3)
+    again = pickle.loads(pickle.dumps(data))
+    assert np.array_equal(again.train, data.train) and again.fingerprint == data.fingerprint

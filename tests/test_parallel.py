@@ -50,18 +50,19 @@ family: gpt
 shape: {head_dim: 8}
 data: {corpus: stdlib, max_bytes: 400000, seq_len: 32, max_epochs: 10}
 train: {batch_size: 4, lr: 3.0e-3, evals_per_run: 4, eval_batches: 2}
-resources: {num_cpus: 1, workers_per_run: 2}
+resources: {num_cpus: 1, workers_per_run: 2, workers_from_params: 5000}
 isoflop:
   budgets: [6e9]
-  sizes: {shapes: [{n_layer: 1, d_model: 16}]}
+  sizes: {shapes: [{n_layer: 1, d_model: 8}, {n_layer: 1, d_model: 16}]}
 """
 
 
 @pytest.mark.slow
-def test_a_sweep_of_two_worker_runs_records_them_as_one_worker_runs(tmp_path: Path) -> None:
-    """`resources.workers_per_run: 2` through `python -m pipeline.sweep` (local Ray, 2 CPUs):
-    the dry run says it, the run finishes with one metric point per logged step, and its
-    final loss is the one train() gets with one worker for the same RunSpec."""
+def test_a_sweep_mixing_one_and_two_worker_runs(tmp_path: Path) -> None:
+    """`resources.workers_per_run: 2` from 5,000 parameters, through `python -m
+    pipeline.sweep` (local Ray, 2 CPUs): the 3k-parameter run trains on one worker, the
+    8k one on two; the dry run says which; both finish, the two-worker run with one metric
+    point per evaluation and the final loss train() gets with one worker for its RunSpec."""
     import dataclasses
     import os
     import subprocess
@@ -76,17 +77,19 @@ def test_a_sweep_of_two_worker_runs_records_them_as_one_worker_runs(tmp_path: Pa
     cmd = [sys.executable, "-m", "pipeline.sweep", str(path), "--cpus", "2", "--no-report"]
     dry = subprocess.run([*cmd, "--dry-run", "--no-estimate"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
-    assert dry.returncode == 0 and "2 workers x 2 sequences" in dry.stdout, dry.stderr
+    assert dry.returncode == 0 and dry.stdout.count("2 workers x 2 sequences") == 1, dry.stderr
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     cfg = load_sweep(path)
-    (spec,) = expand(cfg, path, vocab_size_for(cfg)).specs
-    assert spec.exec.workers == 2
+    small, spec = expand(cfg, path, vocab_size_for(cfg)).specs
+    assert (small.exec.workers, spec.exec.workers) == (1, 2)
     client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
-    (run,) = [r for r in client.search_runs(
-        [client.get_experiment_by_name("ddp").experiment_id], "tags.kind = 'trial'")]
-    assert run.data.tags[keys.TAG_STATUS] == keys.STATUS_FINISHED
+    runs = {r.data.tags[keys.TAG_RUN_ID]: r for r in client.search_runs(
+        [client.get_experiment_by_name("ddp").experiment_id], "tags.kind = 'trial'")}
+    assert {rid: r.data.tags[keys.TAG_STATUS] for rid, r in runs.items()} == {
+        small.run_id: keys.STATUS_FINISHED, spec.run_id: keys.STATUS_FINISHED}
+    run = runs[spec.run_id]
     one = dataclasses.replace(spec, exec=dataclasses.replace(spec.exec, workers=1))
     single = train(one, NullTracker())
     steps = [p.step for p in client.get_metric_history(run.info.run_id, keys.VAL_LOSS)]

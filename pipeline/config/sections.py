@@ -280,6 +280,10 @@ class ResourcesSection(Strict):
     batch with DDP (gloo on CPUs, NCCL on GPUs). Must divide every batch. The same update up
     to floating-point rounding, so not part of run_id (docs/cluster.md)."""
 
+    workers_from_params: Annotated[float, Field(gt=0)] | None = None
+    """Only runs with at least this many parameters (N, all of them) get workers_per_run
+    workers; smaller runs of the sweep train on one (a ladder's small rungs gain nothing
+    from splitting a batch). Unset: every run gets workers_per_run."""
     sharding: Literal["ddp", "fsdp"] = "ddp"
     """With workers_per_run > 1: "ddp" (each worker holds the whole model, gradients and
     AdamW state; gradients averaged) or "fsdp" (FSDP2: all three sharded across the workers,
@@ -295,6 +299,9 @@ class ResourcesSection(Strict):
         if self.micro_batch_size == "auto" and self.device_memory_gb is None:
             raise ValueError("micro_batch_size: auto needs device_memory_gb (the memory the "
                              "micro-batch must fit)")
+        if self.workers_from_params is not None and self.workers_per_run == 1:
+            raise ValueError("workers_from_params needs workers_per_run > 1 (the workers the "
+                             "runs from that size get)")
         if self.sharding == "fsdp" and self.workers_per_run == 1:
             raise ValueError("sharding: fsdp needs workers_per_run > 1 (it shards the model "
                              "across a run's workers)")

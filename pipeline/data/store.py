@@ -8,7 +8,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +70,8 @@ class TokenData:
         return load_tokenizer(self.tokenizer_config, saved.read_text() if saved.exists() else None)
 
     def __reduce__(self):
+        if not self.cache_path:  # tokens that are not a cache entry (e.g. from Ray's store)
+            return (_by_value, tuple(getattr(self, f.name) for f in fields(self)))
         return (_reopen, (self.cache_path, self.fingerprint))
 
 
@@ -214,6 +216,10 @@ def _open_verified(bin_path: Path, fingerprint: str, say: Progress) -> TokenData
         n_val_docs=int(meta["val_docs"]),
         cache_path=str(bin_path),
     )
+
+
+def _by_value(*values) -> TokenData:
+    return TokenData(*values)
 
 
 def _reopen(cache_path: str, fingerprint: str) -> TokenData:

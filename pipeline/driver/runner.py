@@ -160,7 +160,7 @@ class _Runner:
         self.waiting: dict[str, list[tuple[RunSpec, str]]] = defaultdict(list)
         self.elsewhere: dict[str, RunSpec] = {}
         self.by_budget: dict[str, list[float]] = defaultdict(list)
-        self.task = None
+        self.task = self.parallel_task = None
         self.shipped: tuple = ()
         self.slots = slots_here(cfg.resources.cpus_per_run, cpus)
 
@@ -247,9 +247,10 @@ class _Runner:
             "CUDA_VISIBLE_DEVICES": ""}}}
         options = dict(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
                        max_retries=res.max_retries, retry_exceptions=False, **hide_gpus)
-        if res.workers_per_run > 1:  # the task coordinates; its Ray Train workers hold these
-            options.update(num_cpus=0, num_gpus=0)
         self.task = ray.remote(run_trial).options(**options)
+        # A data-parallel run's task coordinates: its Ray Train workers hold the resources.
+        self.parallel_task = ray.remote(run_trial).options(**{**options, "num_cpus": 0,
+                                                              "num_gpus": 0})
         if self.address:
             self.slots = cluster_slots(res.cpus_per_run, res.num_gpus * res.workers_per_run)
             warn_loopback_uri(self.uri)
@@ -268,10 +269,11 @@ class _Runner:
         if spec.exec.branch_from:
             branch_dir = str(branch_folder(self.root / self.cfg.name / spec.exec.branch_from,
                                            spec.exec.branch_step))
-        ref = self.task.remote(spec.to_dict(), self.uri, mlflow_run_id, ckpt,
-                               self.data.fingerprint, *self.shipped, branch_dir=branch_dir,
-                               worker_gpus=self.cfg.resources.num_gpus,
-                               max_retries=self.cfg.resources.max_retries)
+        task = self.task if spec.exec.workers == 1 else self.parallel_task
+        ref = task.remote(spec.to_dict(), self.uri, mlflow_run_id, ckpt, self.data.fingerprint,
+                          *self.shipped, branch_dir=branch_dir,
+                          worker_gpus=self.cfg.resources.num_gpus,
+                          max_retries=self.cfg.resources.max_retries)
         self.pending[ref] = (spec, mlflow_run_id)
 
     def collect(self, ref) -> None:

@@ -167,7 +167,7 @@ def run_data_parallel(spec, uri: str, mlflow_run_id: str, checkpoint_dir: str, d
     workers = spec.exec.workers
     # Tokens: a local cache pickles as its path (each worker maps it); arrays the driver put
     # in the object store (a cluster) go by reference, read zero-copy on each worker's node.
-    shipped = None if data.cache_path else _shipped(data, ray)
+    payload = data if data.cache_path else _shipped(data, ray)  # the loop's only token variable
     folder = Path(checkpoint_dir)
     folder.mkdir(parents=True, exist_ok=True)
     result_path = folder / RESULT_FILE
@@ -177,7 +177,7 @@ def run_data_parallel(spec, uri: str, mlflow_run_id: str, checkpoint_dir: str, d
         from pipeline.train import NullTracker, train
         from pipeline.trial import execute_trial
 
-        tokens = data if shipped is None else _received(*shipped)
+        tokens = _received(*payload) if isinstance(payload, tuple) else payload
         if ray.train.get_context().get_world_rank() == 0:
             out = execute_trial(spec, uri, mlflow_run_id, checkpoint_dir, data=tokens,
                                 branch_dir=branch_dir, interrupted=peer_lost)

@@ -140,3 +140,24 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_run_resumes(tmp_path: Path,
     assert rel < 1e-3, (out["final_val_loss"], single.final_val_loss)
     print(f"{sharding}: final val loss 1 worker {single.final_val_loss:.6f}, 2 workers "
           f"(resumed) {out['final_val_loss']:.6f}, relative difference {rel:.1e}")
+
+
+def test_the_plan_estimates_a_worker_of_a_data_parallel_run():
+    """Issue 18: the dry run's time of a W-worker run is 1/W of one worker's (said in the
+    footer), its memory is one worker's: its rows of the batch, and with FSDP its share of
+    the parameters, gradients and AdamW state."""
+    from pipeline.estimate.device import Target
+    from pipeline.estimate.plan import estimate_plan, run_memory
+
+    gpu = Target(kind="cuda", memory=80 * 2**30, memory_source="declared",
+                 flops_per_s=1e14, assumption="assumed")
+    one, two = _spec(1), _spec(2)
+    fsdp = _spec(2, "fsdp")
+    est = estimate_plan([one], gpu)
+    est2 = estimate_plan([two], gpu)
+    assert est2.seconds[two.run_id] == pytest.approx(est.seconds[one.run_id] / 2)
+    assert "1/W of that" in est2.how and "1/W" not in est.how
+    m1, m2, mf = run_memory(one, "cuda"), run_memory(two, "cuda"), run_memory(fsdp, "cuda")
+    assert m2.activations == pytest.approx(m1.activations / 2) and m2.weights == m1.weights
+    assert (mf.weights, mf.gradients, mf.optimizer) == pytest.approx(
+        (m1.weights / 2, m1.gradients / 2, m1.optimizer / 2))

@@ -3,7 +3,7 @@ the runs that cannot fit it (refused before Ray starts)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline import flops
 from pipeline.estimate.device import CPU_MFU, CPU_PEAK_FLOPS_PER_THREAD, Target, ram_bytes
@@ -32,8 +32,16 @@ def uses_bf16(spec: RunSpec, kind: str) -> bool:
 
 
 def run_memory(spec: RunSpec, kind: str) -> MemoryEstimate:
-    micro = spec.exec.micro_batch_size or spec.train.batch_size
-    return training_memory(spec.model, micro, uses_bf16(spec, kind))
+    """The peak of one worker's step: its share of the batch (a pass at a time), and with
+    FSDP its share of the parameters, gradients and AdamW state (the gathered block being
+    trained is small next to them, and left out)."""
+    w = spec.exec.workers
+    micro = spec.exec.micro_batch_size or spec.train.batch_size // w
+    est = training_memory(spec.model, micro, uses_bf16(spec, kind))
+    if spec.exec.sharding == "fsdp" and w > 1:
+        est = replace(est, weights=est.weights / w, gradients=est.gradients / w,
+                      optimizer=est.optimizer / w)
+    return est
 
 
 def step_flops(spec: RunSpec) -> float:
@@ -52,7 +60,18 @@ def assumed_seconds(spec: RunSpec, flops_per_s: float) -> float:
 
 def estimate_plan(specs: list[RunSpec], target: Target, measure: bool = True) -> PlanEstimate:
     """Memory of every run, and (measure=True) its time: measured on this machine where the
-    target is here and the shapes affordable, else assumed (target.assumption)."""
+    target is here and the shapes affordable, else assumed (target.assumption). A run of W
+    data-parallel workers takes 1/W of one worker's time (perfect scaling, said in the
+    footer: docs/cluster.md has what was measured)."""
+    est = _estimate_plan(specs, target, measure)
+    workers = {s.run_id: s.exec.workers for s in specs}
+    if est.seconds is None or max(workers.values()) == 1:
+        return est
+    return replace(est, seconds={r: t / workers[r] for r, t in est.seconds.items()},
+                   how=est.how + "; a run of W workers: 1/W of that (perfect scaling assumed)")
+
+
+def _estimate_plan(specs: list[RunSpec], target: Target, measure: bool) -> PlanEstimate:
     memory = {s.run_id: run_memory(s, target.kind) for s in specs}
     if not measure:
         return PlanEstimate(None, memory, target, "no time estimate (--no-estimate)")

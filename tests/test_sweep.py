@@ -137,13 +137,32 @@ def _raylets_below(root: Path) -> list[int]:
             if str(root) in line and ("raylet" in line or "gcs_server" in line)]
 
 
+def _steps(sweep: Path) -> dict[str, int]:
+    """run_id -> steps of a sweep file's runs."""
+    from pipeline.config import load_sweep
+    from pipeline.grid import expand, vocab_size_for
+
+    cfg = load_sweep(sweep)
+    return {s.run_id: s.steps for s in expand(cfg, sweep, vocab_size_for(cfg)).specs}
+
+
+def _checkpoints(folder: Path) -> list[int]:
+    """Steps of a run's complete checkpoints (.pt with its .sha256), oldest first."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name[5:13]) for p in folder.glob("step_*.pt.sha256"))
+
+
 def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
-    # Longer runs than tiny.yaml, checkpointed often, so the kill lands mid-run.
-    text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [2.5e10, 5e10]")
+    # Twice tiny.yaml's budgets (631 to 2881 steps), checkpointed every 100 steps; the kill
+    # waits for a finished run and a running one with a checkpoint, at most half-way (over
+    # 300 steps to go: it cannot finish in the second or two its worker outlives the driver).
+    text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [6e9, 1.2e10]")
     text = text.replace("resources:\n  num_cpus: 1",
                         "resources:\n  num_cpus: 1\n  checkpoint_interval: 100")
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(text)
+    steps = _steps(sweep)
     ray_tmp = Path(os.environ["RAY_TMPDIR"])
     cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2", "--no-report"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
@@ -151,15 +170,19 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 240
         finished_before: set[str] = set()
+        mid_run: list[str] = []
         while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.5)
+            time.sleep(0.2)
             status = _statuses_read_only(tmp_path / "mlflow.db")
             finished_before = {rid for rid, st in status.items() if st == keys.STATUS_FINISHED}
-            running = [rid for rid, st in status.items() if st == keys.STATUS_RUNNING]
-            if finished_before and running:
+            mid_run = [rid for rid, st in status.items() if st == keys.STATUS_RUNNING
+                       and (c := _checkpoints(tmp_path / "checkpoints" / "tiny" / rid))
+                       and c[-1] <= steps[rid] // 2]
+            if finished_before and mid_run:
                 break
         assert proc.poll() is None, "sweep ended before it could be killed"
         assert finished_before, "no run finished before the deadline"
+        assert mid_run, "no run was seen checkpointed and at most half-way"
         os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray's own reaper must clean up
         proc.wait(timeout=30)
     finally:

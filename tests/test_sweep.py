@@ -44,14 +44,29 @@ def _trials(tmp_path: Path, name: str) -> list:
     return client.search_runs([exp.experiment_id], f"tags.{keys.TAG_KIND} = 'trial'")
 
 
-def test_sweep_runs_everything_then_reruns_nothing(tmp_path: Path) -> None:
-    sweep = tmp_path / "tiny.yaml"
+@pytest.fixture(scope="module")
+def tiny_done(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """tiny.yaml swept once, from an empty folder: the folder (read, never written: tests copy
+    its ledger) and the invocation. Its 4 finished runs are the main runs of the held-out test
+    too (the same run ids)."""
+    folder = tmp_path_factory.mktemp("tiny")
+    sweep = folder / "tiny.yaml"
     shutil.copy(TINY, sweep)
-    first = _sweep(tmp_path, sweep)
+    first = _sweep(folder, sweep)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    runs = _trials(tmp_path, "tiny")
+    return folder, first
+
+
+def test_sweep_runs_everything_then_reruns_nothing(
+    tiny_done: tuple[Path, subprocess.CompletedProcess], tmp_path: Path
+) -> None:
+    done, first = tiny_done
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    runs = _trials(done, "tiny")
     assert len(runs) == 4
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri=f"sqlite:///{done / 'mlflow.db'}")
     for run in runs:
         assert run.info.status == "FINISHED"
         tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
@@ -69,6 +84,11 @@ def test_sweep_runs_everything_then_reruns_nothing(tmp_path: Path) -> None:
         assert len(history) >= 4  # a curve the UI can overlay
     assert "finished" in first.stdout
 
+    # The re-runs on a copy of the ledger (the fixture's stays as the first run left it).
+    sweep = tmp_path / "tiny.yaml"
+    shutil.copy(TINY, sweep)
+    shutil.copy(done / "mlflow.db", tmp_path / "mlflow.db")
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     second = _sweep(tmp_path, sweep)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "nothing to train" in second.stdout
@@ -372,11 +392,16 @@ def test_wsd_branch_runs_after_its_trunk_and_equals_training_alone(tmp_path: Pat
     assert alone.final_val_loss == branch.data.metrics[keys.FINAL_VAL_LOSS]
 
 
-def test_holdout_without_a_main_fit_is_reported_and_keeps_the_main_runs(tmp_path: Path) -> None:
+def test_holdout_without_a_main_fit_is_reported_and_keeps_the_main_runs(
+    tiny_done: tuple[Path, subprocess.CompletedProcess], tmp_path: Path
+) -> None:
     """Two main budgets cannot give Approach 2 (it needs 3 with interior minima): the driver
-    says so, trains no held-out run, exits 1, and the main runs stay finished."""
+    says so, trains no held-out run, exits 1, and the main runs stay finished. The main runs
+    are tiny.yaml's, finished in a copy of tiny_done's ledger: the held-out plan is fitted
+    on the ledger's main runs whether this invocation trained them or an earlier one did."""
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(TINY.read_text() + "  holdout: {budgets: [2e10]}\n")
+    shutil.copy(tiny_done[0] / "mlflow.db", tmp_path / "mlflow.db")
     done = _sweep(tmp_path, sweep)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     out = " ".join(done.stdout.split())  # rich wraps long lines

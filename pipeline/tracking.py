@@ -177,6 +177,18 @@ def _no_run_links() -> None:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
+def _again_after_a_unique_race(call, *args) -> None:
+    """call(*args), once more if it lost a race to insert the same row (the store's unique
+    key failed because another writer inserted it first: now it exists, and the second call
+    updates or links it)."""
+    try:
+        call(*args)
+    except MlflowException as e:
+        if "UNIQUE constraint failed" not in str(e) and "IntegrityError" not in str(e):
+            raise
+        call(*args)
+
+
 class Ledger:
     """Finding and creating runs of one sweep (used by the driver only)."""
 
@@ -257,7 +269,9 @@ class Ledger:
         return TrialRecord(rid, spec.run_id, "queued", 0)
 
     def mark(self, mlflow_run_id: str, status: str, mlflow_status: str) -> None:
-        self.client.set_tag(mlflow_run_id, keys.TAG_STATUS, status)
+        # Two drivers of one sweep end together and mark its parent run at the same moment:
+        # both find the tag missing and insert it (seen with sqlite); setting it again updates.
+        _again_after_a_unique_race(self.client.set_tag, mlflow_run_id, keys.TAG_STATUS, status)
         self.client.set_terminated(mlflow_run_id, status=mlflow_status)
 
 
@@ -322,15 +336,9 @@ class MLflowTracker:
         resumed attempt logging it again adds nothing."""
         context = InputTag(key="mlflow.data.context", value="train")
         inputs = [DatasetInput(Dataset(**record), tags=[context])]
-        try:
-            self.client.log_inputs(self.run_id, inputs)
-        except MlflowException as e:
-            # Two runs starting together both find the dataset missing and insert it; the
-            # second insert fails on the store's unique key (seen in CI with sqlite). The
-            # dataset exists now: logging again links it to this run.
-            if "UNIQUE constraint failed" not in str(e) and "IntegrityError" not in str(e):
-                raise
-            self.client.log_inputs(self.run_id, inputs)
+        # Two runs starting together both find the dataset missing and insert it (seen in CI
+        # with sqlite): logging again links the one that exists now.
+        _again_after_a_unique_race(self.client.log_inputs, self.run_id, inputs)
 
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)

@@ -239,7 +239,9 @@ class Ledger:
                 tags={keys.TAG_KIND: "sweep", keys.TAG_SWEEP: self.experiment},
             )
             run_id = run.info.run_id
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        run_tags = [RunTag(k, str(v)) for k, v in tags.items()]
+        # Two drivers starting together tag the one parent run at once (see mark).
+        _again_after_a_unique_race(lambda: self.client.log_batch(run_id, tags=run_tags))
         return run_id
 
     def create_trial(self, spec: RunSpec, parent_run_id: str | None) -> TrialRecord:

@@ -29,7 +29,7 @@ def main() -> int:
     from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
     from pipeline.tracking import Ledger
     from pipeline.train import NullTracker, train
-    from pipeline.train.parallel import run_data_parallel
+    from pipeline.trial import run_data_parallel
 
     data_spec = DataSpec(max_bytes=3_000_000)
     data = load_data(data_spec)

@@ -3,7 +3,7 @@ gloo workers (DDP or FSDP2) and ends where the same run with one worker does.
 
 What is compared: the final validation loss and every point of the validation curve of a
 tiny GPT (~8k parameters, 120 steps, batch 8 split 4 + 4) trained (a) by train() in this
-process and (b) by pipeline.train.parallel.run_data_parallel with 2 workers x 1 thread,
+process and (b) by pipeline.trial.run_data_parallel with 2 workers x 1 thread,
 which also writes the MLflow child run from rank 0 only; (b) loses a worker mid-run and
 resumes. Then the same through `python -m pipeline.sweep` with resources.workers_per_run.
 """
@@ -110,7 +110,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_the_run_resumes(tmp_path: Path,
     worker (to 1e-3 relative; measured: see the printed line)."""
     import ray
 
-    from pipeline.train.parallel import KILL_WORKER_ENV, run_data_parallel
+    from pipeline.trial import KILL_WORKER_ENV, run_data_parallel
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     data = load_data(DATA, cache_dir=str(tmp_path / "cache"))

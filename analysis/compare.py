@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     unchecked = check_comparable(a, b)
     result = compare(a, b, larger=args.flops, bootstrap=args.bootstrap, seed=args.seed)
     out = to_json(result, unchecked)
-    if args.out:
+    if args.out is not None:
         from analysis.report import check_target, staged_folder
 
         folder = Path(args.out)

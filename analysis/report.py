@@ -124,10 +124,13 @@ def _export_command(args: argparse.Namespace, name: str, out: Path) -> str:
 def check_target(out: Path, marker: str = "report.md", what: str = "report") -> None:
     """Refuse to replace anything that is not a previous output of the command (a folder
     holding ``marker``) or an empty folder."""
-    if out.exists() and not out.is_dir():
-        raise ReportError(f"{out} exists and is not a folder")
+    if out.name in ("", ".."):  # "", "." and "a/.." name no folder that could be swapped in
+        raise ReportError(f"--out {str(out)!r} names no folder of its own: give one, "
+                          f"for example reports/NAME")
     if problem := folder_problem(out):  # checked before any fit: nothing is lost to it
         raise ReportError(f"cannot write {what} to {out}: {problem}")
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"{out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not (out / marker).exists():
         raise ReportError(f"{out} is a folder that holds no {what} (no {marker}); "
                           "refusing to replace it: give an empty or new folder with --out")
@@ -146,6 +149,9 @@ def staged_folder(target: Path) -> Iterator[Path]:
     disk is a ReportError naming the bytes written and free). The swap
     is two renames on one file system (old aside, new in), then the old folder is removed.
     """
+    # Absolute, so that no library expands a leading "~" of a relative folder named "~"
+    # (pandas' to_csv does), and joined, not normalised: the OS resolves "..".
+    target = Path.cwd() / target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
@@ -188,7 +194,7 @@ def write_report(args: argparse.Namespace) -> Path:
     runs, curves = load_input(args)  # with --sweep-file: the runs it plans now
     name = args.name or args.sweep or (export_name(args.export) if args.export
                                         else Path(args.csv).stem)
-    out = Path(args.out) if args.out else Path("reports") / name
+    out = Path(args.out) if args.out is not None else Path("reports") / name
     check_target(out)
     sweep_file = Path(args.sweep_file) if args.sweep_file else None
     sweep_text = None

@@ -29,12 +29,29 @@ def missing_store(uri: str) -> str | None:
 def folder_problem(folder: Path) -> str | None:
     """Why files cannot be written under `folder` (None if they can). Creates nothing: the
     folder, or the first of its parents that exists (the writer creates the rest), must be a
-    writable folder."""
-    folder = folder.resolve()
-    while not folder.exists() and folder != folder.parent:
+    writable folder, and every name still to create must fit the file system's limit (255
+    bytes on ext4 and tmpfs; os.stat raises ENAMETOOLONG on a longer one)."""
+    # Joined, not resolved or normalised: "file/.." is no folder to the OS, whatever its text.
+    folder = Path.cwd() / folder
+    missing: list[str] = []
+    while not _exists(folder) and folder != folder.parent:
+        missing.append(folder.name)
         folder = folder.parent
     if not folder.is_dir():
         return f"{folder} is a file, not a folder"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"the folder {folder} is not writable"
+    limit = os.pathconf(folder, "PC_NAME_MAX")
+    for name in reversed(missing):
+        if len(os.fsencode(name)) > limit:
+            return f"the name {name[:40]}... is {len(os.fsencode(name))} bytes, over the " \
+                   f"file system's {limit}"
     return None
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists, False for a name the OS refuses to look up (too long)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

@@ -110,12 +110,12 @@ def _leaf_paths(doc: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ..
 
 SWEEP = {
     "name": "fuzz", "kind": "isoflop", "family": "gpt", "shape": {"head_dim": 8},
-    "data": {"corpus": "corpus.txt", "tokenizer": "bytes", "seq_len": 16},
+    "data": {"corpus": "corpus", "tokenizer": "bytes", "seq_len": 16},
     "train": {"batch_size": 4, "lr": 3.0e-3, "evals_per_run": 2, "eval_batches": 2},
     "resources": {"num_cpus": 1},
     "isoflop": {"budgets": [2.0e8], "sizes": {"shapes": [{"n_layer": 1, "d_model": 8}]}},
 }
-CORPUS = ("def f(x):\n    return x + 1\n" * 400).encode()
+CORPUS = {f"m{i}.py": (f"def f{i}(x):\n    return x + {i}\n" * 200).encode() for i in range(4)}
 
 
 @SETTINGS
@@ -125,7 +125,9 @@ def test_no_sweep_file_gives_a_traceback(content: bytes) -> None:
     from pipeline.sweep import main
 
     with _in_empty_folder() as folder:
-        (folder / "corpus.txt").write_bytes(CORPUS)
+        (folder / "corpus").mkdir()
+        for name, text in CORPUS.items():
+            (folder / "corpus" / name).write_bytes(text)
         (folder / "s.yaml").write_bytes(content)
         _check(main, ["s.yaml", "--dry-run", "--no-estimate"], folder)
 
@@ -160,6 +162,24 @@ def test_no_runs_export_gives_a_traceback(data: st.DataObject) -> None:
         (folder / "runs_export.json").write_bytes(content)
         _check(lambda a: run_main(fit_main, a),
                ["--export", "runs_export.json", "--approach", "2", "--bootstrap", "0"], folder)
+
+
+def test_the_files_mutated_above_are_valid_as_they_are() -> None:
+    """The mutations start from files the commands accept, so they reach past the parsing."""
+    from analysis.cli import run_main
+    from analysis.fit import main as fit_main
+    from pipeline.sweep import main as sweep_main
+
+    with _in_empty_folder() as folder:
+        (folder / "corpus").mkdir()
+        for name, text in CORPUS.items():
+            (folder / "corpus" / name).write_bytes(text)
+        (folder / "s.yaml").write_text(yaml.safe_dump(SWEEP))
+        assert _check(sweep_main, ["s.yaml", "--dry-run", "--no-estimate"], folder) == 0
+        (folder / "runs_export.json").write_text(json.dumps(_small_export()))
+        assert _check(lambda a: run_main(fit_main, a),
+                      ["--export", "runs_export.json", "--approach", "2", "--bootstrap", "0"],
+                      folder) == 0
 
 
 # -- a run id: python -m pipeline.sample --run-id ID ------------------------------------------

@@ -93,7 +93,7 @@ def _mutated(base: dict, paths: list[tuple[str, ...]]) -> st.SearchStrategy[dict
             parent[draw(ARG_TEXT)] = draw(VALUES)
         return doc
 
-    return st.composite(lambda draw: build(draw))()
+    return st.composite(build)()
 
 
 def _leaf_paths(doc: object, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -118,6 +118,13 @@ SWEEP = {
 CORPUS = {f"m{i}.py": (f"def f{i}(x):\n    return x + {i}\n" * 200).encode() for i in range(4)}
 
 
+def _write_corpus(folder: Path) -> None:
+    """The sweep's corpus: 4 documents (a train/validation split needs at least 2)."""
+    (folder / "corpus").mkdir()
+    for name, text in CORPUS.items():
+        (folder / "corpus" / name).write_bytes(text)
+
+
 @SETTINGS
 @given(st.binary(max_size=300) | _mutated(SWEEP, _leaf_paths(SWEEP)).map(
     lambda d: yaml.safe_dump(d, allow_unicode=True).encode()))
@@ -125,9 +132,7 @@ def test_no_sweep_file_gives_a_traceback(content: bytes) -> None:
     from pipeline.sweep import main
 
     with _in_empty_folder() as folder:
-        (folder / "corpus").mkdir()
-        for name, text in CORPUS.items():
-            (folder / "corpus" / name).write_bytes(text)
+        _write_corpus(folder)
         (folder / "s.yaml").write_bytes(content)
         _check(main, ["s.yaml", "--dry-run", "--no-estimate"], folder)
 
@@ -171,9 +176,7 @@ def test_the_files_mutated_above_are_valid_as_they_are() -> None:
     from pipeline.sweep import main as sweep_main
 
     with _in_empty_folder() as folder:
-        (folder / "corpus").mkdir()
-        for name, text in CORPUS.items():
-            (folder / "corpus" / name).write_bytes(text)
+        _write_corpus(folder)
         (folder / "s.yaml").write_text(yaml.safe_dump(SWEEP))
         assert _check(sweep_main, ["s.yaml", "--dry-run", "--no-estimate"], folder) == 0
         (folder / "runs_export.json").write_text(json.dumps(_small_export()))

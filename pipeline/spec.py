@@ -16,10 +16,12 @@ from typing import Literal
 
 from pipeline.families import ModelConfig
 
-STDLIB_CORPORA = ("stdlib", "stdlib+tests")
+STDLIB_CORPORA = ("stdlib", "stdlib+tests", "site-packages")
 """The offline corpora of the running interpreter: its standard library's .py sources without
 (~12 MB on CPython 3.11) or with its test suites (~31.5 MB: room for runs of ~30M byte tokens
-that never see a token twice)."""
+that never see a token twice), and the .py sources of the packages installed in its
+site-packages (what is installed decides the text: ~320 MB beside this project's
+dependencies, more beside CUDA stacks; the fingerprint names exactly which files)."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class DataSpec:
     data section (pipeline.config.DataSection) takes its defaults from it. Part of run_id."""
 
     corpus: str = "stdlib"
-    """"stdlib" | "stdlib+tests" | a file, directory or glob (optionally prefixed "path:") |
+    """"stdlib" | "stdlib+tests" | "site-packages" | a file, directory or glob (optionally prefixed "path:") |
     "hf:<dataset>[:<split>][:<text_field>]" (split defaults to train, field to text)."""
     tokenizer: str = "bytes"
     """"bytes" (vocab 256) | "chars" (train-split characters + <unk>) | "bpe" (byte-level,

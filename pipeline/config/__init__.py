@@ -112,7 +112,7 @@ def load_sweep(path: str | Path) -> SweepConfig:
 def resolve_corpus(corpus: str, sweep_path: Path) -> str:
     """The corpus as pipeline.data.load_corpus should read it.
 
-    "stdlib", "stdlib+tests" and "hf:..." are returned unchanged. A local file, directory or glob (with or
+    The named corpora (STDLIB_CORPORA) and "hf:..." are returned unchanged. A local file, directory or glob (with or
     without the "path:" prefix that load_corpus also accepts; "~" expanded) becomes an
     absolute path, relative ones against the sweep file's folder. The prefix is dropped: an
     absolute path cannot be mistaken for "stdlib" or "hf:", and the same files then give the

@@ -62,7 +62,8 @@ _DATA_DEFAULTS = DataSpec()  # the one source of the data settings' defaults
 class DataSection(Strict):
     corpus: str = _DATA_DEFAULTS.corpus
     """"stdlib" (the interpreter's standard library sources), "stdlib+tests" (the same with its
-    test suites: ~31.5 MB instead of ~12), a text file, directory or glob
+    test suites: ~31.5 MB instead of ~12), "site-packages" (the .py sources of the installed
+    packages: hundreds of MB, as installed; cap it with max_bytes), a text file, directory or glob
     (relative to the sweep file; "path:" prefix optional, needed for a file named "stdlib"),
     or "hf:<dataset>[:<split>][:<field>]"."""
     tokenizer: Literal["bytes", "chars", "bpe"] = _DATA_DEFAULTS.tokenizer  # type: ignore[assignment]

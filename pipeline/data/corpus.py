@@ -21,7 +21,14 @@ import numpy as np
 from pipeline.data.files import _atomic_file
 from pipeline.data.meter import Meter
 from pipeline.data.settings import DataConfig, DataError, Progress, _quiet
-from pipeline.data.sources import Document, Source, hf_source, local_source, stdlib_source
+from pipeline.data.sources import (
+    Document,
+    Source,
+    hf_source,
+    local_source,
+    site_packages_source,
+    stdlib_source,
+)
 from pipeline.spec import STDLIB_CORPORA
 
 SPLIT_RULE = "sha256(name) order, greedy to val_fraction of bytes"
@@ -39,6 +46,8 @@ def source_for(spec: str, max_bytes: int | None = None, cache_dir: Path | None =
                progress: Progress | None = None) -> Source:
     """The files of a corpus spec (see DataSpec.corpus); an HF dataset is streamed into the
     cache first (once)."""
+    if spec == "site-packages":
+        return site_packages_source()
     if spec in STDLIB_CORPORA:
         return stdlib_source(with_tests=spec == "stdlib+tests")
     if spec.startswith("hf:"):

@@ -1,0 +1,271 @@
+"""A sweep trained on one GPU machine without Ray or MLflow, then written into the ledger.
+
+    python benchmarks/gpu_study.py run SWEEP_FILE OUT [--workers W] [--deadline-s S]
+    python benchmarks/gpu_study.py import OUT --sweep-file SWEEP_FILE [--tracking-uri URI]
+
+Why: the GPU machine lent to some sessions has torch but neither Ray nor MLflow, and nothing
+can be installed there beyond a few small wheels (pydantic). `pipeline.sweep` is the tool on
+any machine that has them; this script is for the other case, and keeps everything that
+decides a result the same: the plan is `pipeline.grid.expand` of the sweep file (same run ids,
+shapes, steps, recipe), the same repetition refusal, the held-out budget planned by
+`pipeline.grid.plan_holdout` at the N_opt of Approach 2 fitted on the main runs (as
+`pipeline.holdout` does from the ledger), and every run is `pipeline.train.train`.
+
+run: builds the sweep's tokens once, then trains the main runs in W processes sharing the
+device (largest first, so the last to finish are short), then the held-out runs. Each run
+records what the trainer gave its tracker (metrics by step, summary, tags, dataset) and its
+RunResult as one gzip member appended to OUT/runs.jsonl.gz as it finishes, so a deadline or a
+crash keeps every finished run. Runs are not checkpointed (a lost run is trained again).
+--deadline-s: no run starts after that many seconds (the held-out runs only start if every
+main run finished).
+
+import: replays each record into the sweep's MLflow experiment through pipeline.tracking, the
+ledger's only writer: the child run, params and spec artifact the driver creates, then the
+trainer's tags, dataset, metric history, summary and curve, and the status. Tags added:
+`imported_from` (this script), `device` and the producer's git commit, Python and torch.
+Metric timestamps are those of the import. A run_id already finished in the ledger is
+skipped, so importing twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import multiprocessing as mp
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+RECORDS = "runs.jsonl.gz"
+IMPORTED_FROM = "benchmarks/gpu_study.py"
+
+
+# --- run (the GPU machine: torch, no Ray, no MLflow) ----------------------------------------
+
+_DATA = None  # the worker's TokenData, loaded once per process
+
+
+def _worker_init(data_spec: dict, threads: int) -> None:
+    global _DATA
+    import torch
+
+    from pipeline.data import load_data
+    from pipeline.spec import DataSpec
+
+    torch.set_num_threads(threads)
+    _DATA = load_data(DataSpec(**data_spec))
+
+
+def _train_one(job: tuple[dict, float]) -> dict:
+    import torch
+
+    from pipeline.spec import RunSpec
+    from pipeline.train import NullTracker, train
+
+    spec_dict, deadline = job
+    if time.time() > deadline:
+        return {"spec": spec_dict, "status": "not_started", "error": "past the deadline"}
+    spec = RunSpec.from_dict(spec_dict)
+    tracker = NullTracker()
+    start = time.time()
+    try:
+        result = train(spec, tracker, data=_DATA, resume=False)
+    except Exception as e:  # noqa: BLE001 - recorded as a failed run, the others go on
+        return {"spec": spec_dict, "status": "failed", "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()}
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor()
+    return {"spec": spec_dict, "status": result.status, "result": asdict(result),
+            "metrics": tracker.metrics, "summary": tracker.summary, "tags": tracker.tags,
+            "datasets": tracker.datasets, "wall_s": time.time() - start, "device": device,
+            "host": socket.gethostname(), "python_version": platform.python_version(),
+            "torch_version": torch.__version__}
+
+
+def _append(out: Path, record: dict) -> None:
+    # One gzip member per run: members concatenate into one valid stream, and a run that
+    # finished is on disk before the next one is.
+    with gzip.open(out / RECORDS, "ab") as f:
+        f.write((json.dumps(record) + "\n").encode())
+
+
+def _train_all(specs: list, data_spec: dict, workers: int, out: Path, deadline: float,
+               extra: dict, label: str) -> list[dict]:
+    """Train specs in `workers` processes, largest budget and D first; every record (runs
+    past the deadline come back "not_started" and are not written)."""
+    order = sorted(specs, key=lambda s: (-(s.budget or 0.0), -s.tokens, s.run_id))
+    records: list[dict] = []
+    ctx = mp.get_context("spawn")  # CUDA in the children needs a fresh interpreter
+    t0 = time.time()
+    with ctx.Pool(workers, initializer=_worker_init, initargs=(data_spec, 1)) as pool:
+        jobs = [(s.to_dict(), deadline) for s in order]
+        for record in pool.imap_unordered(_train_one, jobs):
+            records.append(record)
+            if record["status"] == "not_started":
+                continue
+            record.update(extra)
+            _append(out, record)
+            result = record.get("result") or {}
+            print(f"[{label} {len(records)}/{len(order)} {time.time() - t0:6.1f}s] "
+                  f"{record['spec']['run_id']} C={record['spec']['budget'] or 0:.3g} "
+                  f"N={result.get('params_total', 0):,} {record['status']} "
+                  f"loss={result.get('final_val_loss', math.nan):.4f} "
+                  f"({record.get('wall_s', math.nan):.1f} s)"
+                  + (f" {record['error']}" if "error" in record else ""), flush=True)
+    late = sum(r["status"] == "not_started" for r in records)
+    if late:
+        print(f"deadline: {late} {label} run(s) not started", flush=True)
+    return [r for r in records if r["status"] != "not_started"]
+
+
+def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit: str) -> int:
+    from analysis.fits.approach2 import fit_approach2
+    from pipeline.config import load_sweep
+    from pipeline.data import load_data
+    from pipeline.data.repetition import repetition_problem
+    from pipeline.grid import data_spec_for, expand, plan_holdout, vocab_size_for
+
+    start = time.time()
+    deadline = start + deadline_s
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = load_sweep(sweep_file)
+    data_spec = data_spec_for(cfg, sweep_file)
+    data = load_data(data_spec, progress=lambda m: print(f"data: {m}", flush=True))
+    vocab = vocab_size_for(cfg) or data.vocab_size
+    plan = expand(cfg, sweep_file, vocab)
+    if problem := repetition_problem(plan.specs, len(data.train), cfg.data.max_epochs,
+                                     sweep_file):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    extra = {"git_commit": git_commit, "data_fingerprint": data.fingerprint}
+    (out / "plan.json").write_text(json.dumps(
+        {"sweep_file": sweep_file, "runs": len(plan.specs), "workers": workers,
+         "data_fingerprint": data.fingerprint, "train_tokens": len(data.train)}, indent=1))
+    print(f"{len(plan.specs)} main runs on {workers} processes; data {data.fingerprint[:12]} "
+          f"({len(data.train):,} train tokens)", flush=True)
+    main = _train_all(plan.specs, asdict(data_spec), workers, out, deadline, extra, "main")
+    finished = [r for r in main if r["status"] == "finished"]
+    print(f"main runs: {len(finished)} of {len(plan.specs)} finished in "
+          f"{time.time() - start:.0f} s", flush=True)
+    if cfg.isoflop is None or cfg.isoflop.holdout is None:
+        return 0
+    if len(finished) < len(plan.specs):
+        print("held-out runs not planned: not every main run finished", flush=True)
+        return 1
+    rows = [(r["result"]["params_total"], r["result"]["tokens"],
+             r["result"]["flops"][cfg.flops_convention], r["result"]["final_val_loss"],
+             r["spec"]["budget"]) for r in finished]
+    import numpy as np
+
+    fit = fit_approach2(*(np.array(col, dtype=float) for col in zip(*rows, strict=True)))
+    n_opt = {c: float(fit.n_opt(c)) for c in cfg.isoflop.holdout.budgets}
+    for c, n in n_opt.items():
+        print(f"held-out budget C={c:.3g}: Approach 2 on the main budgets (a = {fit.a:.3f}) "
+              f"predicts N_opt = {n:,.0f}", flush=True)
+    held = plan_holdout(cfg, n_opt, sweep_file, vocab)
+    if problem := repetition_problem(held.specs, len(data.train), cfg.data.max_epochs,
+                                     sweep_file):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    _train_all(held.specs, asdict(data_spec), workers, out, deadline, extra, "holdout")
+    print(f"all done in {time.time() - start:.0f} s", flush=True)
+    return 0
+
+
+# --- import (this machine: MLflow) ----------------------------------------------------------
+
+
+def read_records(folder: Path) -> list[dict]:
+    with gzip.open(folder / RECORDS, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def import_records(folder: Path, sweep_file: str, uri: str) -> tuple[int, int]:
+    """Write the finished records of `folder` into the sweep's ledger at `uri`; returns
+    (imported, skipped as already finished)."""
+    from pipeline import keys
+    from pipeline.config import load_sweep
+    from pipeline.spec import RunSpec
+    from pipeline.tracking import Ledger, MLflowTracker
+    from pipeline.trial import curve_tag
+
+    cfg = load_sweep(sweep_file)
+    ledger = Ledger(uri, cfg.name)
+    done = {rid for rid, rec in ledger.trials().items() if rec.status == keys.STATUS_FINISHED}
+    parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
+                                IMPORTED_FROM_TAG: IMPORTED_FROM})
+    imported = skipped = 0
+    for record in read_records(folder):
+        if record["status"] not in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
+            continue
+        if (sweep := record["spec"].get("sweep")) != cfg.name:
+            raise SystemExit(f"error: {folder / RECORDS}: run {record['spec'].get('run_id')} "
+                             f"is of sweep {sweep!r}, not {cfg.name!r} ({sweep_file})")
+        spec = RunSpec.from_dict(record["spec"])
+        if spec.run_id in done:
+            skipped += 1
+            continue
+        trial = ledger.create_trial(spec, parent)
+        tracker = MLflowTracker(uri, trial.mlflow_run_id)
+        tracker.start_attempt()
+        tracker.set_tags({**record["tags"], IMPORTED_FROM_TAG: IMPORTED_FROM,
+                          "device": record["device"], "host": record["host"],
+                          keys.TAG_GIT_COMMIT: record.get("git_commit", ""),
+                          keys.TAG_GIT_DIRTY: "", keys.TAG_PYTHON: record["python_version"],
+                          keys.TAG_TORCH: record["torch_version"]})
+        for dataset in record["datasets"]:
+            tracker.log_dataset(dataset)
+        for step, metrics in record["metrics"]:
+            tracker.log_metrics(metrics, step)
+        tracker.log_summary(record["summary"])
+        curve = record["result"]["curve"]
+        tracker.log_dict(curve, keys.CURVE_ARTIFACT)
+        if (inline := curve_tag(curve)) is not None:
+            tracker.set_tags({keys.TAG_CURVE: inline})
+        tracker.end(record["status"])
+        done.add(spec.run_id)
+        imported += 1
+    ledger.mark(parent, "finished", "FINISHED")
+    return imported, skipped
+
+
+IMPORTED_FROM_TAG = "imported_from"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train the sweep here (no Ray, no MLflow)")
+    r.add_argument("sweep_file")
+    r.add_argument("out", type=Path)
+    r.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2),
+                   help="processes sharing the device (default: CPUs - 2)")
+    r.add_argument("--deadline-s", type=float, default=math.inf,
+                   help="start no run after this many seconds")
+    r.add_argument("--git-commit", default="", help="the commit of this code, for the ledger")
+    i = sub.add_parser("import", help="write a run's records into the MLflow ledger")
+    i.add_argument("folder", type=Path)
+    i.add_argument("--sweep-file", required=True)
+    i.add_argument("--tracking-uri", default=None)
+    args = p.parse_args(argv)
+    if args.command == "run":
+        return run(args.sweep_file, args.out, args.workers, args.deadline_s, args.git_commit)
+    if not (args.folder / RECORDS).is_file():
+        print(f"error: {args.folder / RECORDS}: no such file", file=sys.stderr)
+        return 2
+    from pipeline.tracking import default_tracking_uri
+
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    imported, skipped = import_records(args.folder, args.sweep_file, uri)
+    print(f"imported {imported} run(s) into {uri}; {skipped} already finished there")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -177,6 +177,24 @@ def test_result_accounting(data: TokenData) -> None:
     assert result.tokens_per_s > 0 and result.wall_s > 0
 
 
+class _NoTruthValue(Transformer):
+    """A model without a truth value, as torch.compile's wrapper is (its __len__ raises):
+    benchmarks/gpu_throughput.py trains such a model, and the step once asked `forward or
+    model` (TypeError on the H200, 2026-12-04)."""
+
+    def __len__(self) -> int:
+        raise TypeError("no len()")
+
+
+def test_a_model_without_a_truth_value_trains(data: TokenData,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipeline.train as train_module
+
+    monkeypatch.setattr(train_module, "Transformer", _NoTruthValue)
+    result = train(make_spec(steps=4, evals_per_run=1), NullTracker(), data=data)
+    assert result.status == keys.STATUS_FINISHED and result.steps == 4
+
+
 def test_vocab_mismatch_is_rejected(data: TokenData) -> None:
     cfg = make_config("gpt", 1, 16, vocab_size=300, seq_len=16)
     spec = RunSpec(sweep="t", model=cfg, data=DATA, train=TrainSpec(), steps=1)

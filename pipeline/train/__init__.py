@@ -315,7 +315,7 @@ def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> To
 def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor, float]:
     """One optimizer step at the schedule's LR; returns the (device) loss and the LR."""
     spec, t, optimizer = run.spec, run.spec.train, run.optimizer
-    model = run.forward or run.model
+    model = run.model if run.forward is None else run.forward  # a compiled module has no truth value
     lr = lr_at(step, spec)
     for group in optimizer.param_groups:
         group["lr"] = lr

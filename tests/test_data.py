@@ -108,6 +108,26 @@ def test_stdlib_skips_tests_and_site_packages(tmp_path, monkeypatch):
     assert [d.name for d in load_corpus("stdlib")] == ["a.py", "idlelib/ok.py", "pkg/b.py"]
 
 
+def test_site_packages_corpus_is_both_folders_once_py_only_and_utf8(tmp_path, monkeypatch):
+    pure, plat = tmp_path / "purelib", tmp_path / "platlib"
+    files = {
+        pure / "pkg/a.py": b"a = 1\n",
+        pure / "pkg/data.json": b"{}",
+        pure / ".hidden/x.py": b"hidden = 1\n",
+        pure / "pkg/latin1.py": "s = 'caf\xe9'\n".encode("latin-1"),  # not UTF-8: left out
+        plat / "ext/b.py": b"b = 2\n",
+    }
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    paths = dict(sysconfig.get_paths(), purelib=str(pure), platlib=str(plat))
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: paths)
+    assert [d.name for d in load_corpus("site-packages")] == ["0/pkg/a.py", "1/ext/b.py"]
+    same = dict(paths, platlib=str(pure))  # one folder for both (no virtual environment)
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: same)
+    assert [d.name for d in load_corpus("site-packages")] == ["0/pkg/a.py"]
+
+
 def test_real_stdlib_corpus_is_sorted_filtered_and_fingerprinted():
     docs = load_corpus("stdlib")
     names = [d.name for d in docs]

@@ -63,8 +63,7 @@ def _run_kaplan(inp: FitInput) -> Estimate | Skipped:
     return estimate(
         lambda: fit_kaplan(n_k, d, loss, curves_k, conventions=label), KaplanFit.statistics,
         _boot(inp, lambda f: bootstrap_kaplan(n_k, d, loss, curves_k, f,
-                                              n_resamples=inp.n_resamples, seed=inp.seed,
-                                              n_jobs=inp.n_jobs)))
+                                              n_resamples=inp.n_resamples, seed=inp.seed)))
 
 
 def _kaplan_fields(fit: KaplanFit) -> dict[str, Any]:

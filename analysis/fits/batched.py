@@ -49,10 +49,24 @@ class BatchResult:
 
 
 def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
-                   max_iter: int) -> BatchResult:
-    """Minimise B independent problems from the rows of ``x0`` (B, p) (module docstring)."""
+                   max_iter: int, lower: np.ndarray | None = None,
+                   upper: np.ndarray | None = None) -> BatchResult:
+    """Minimise B independent problems from the rows of ``x0`` (B, p) (module docstring).
+
+    ``lower``, ``upper`` (p,): bounds on the variables (±inf where none). With bounds the
+    method is projected L-BFGS: a variable on a bound whose gradient points out of the box is
+    held there (its direction component zeroed), steps are projected onto the box, and the
+    gradient rule reads the projected gradient clip(x − g, lower, upper) − x, as SciPy's
+    L-BFGS-B's does. Without bounds nothing of this runs (the unbounded path is unchanged).
+    """
     x = np.array(x0, dtype=float)
     n_prob, p = x.shape
+    box = None
+    if lower is not None or upper is not None:
+        lo = np.full(p, -np.inf) if lower is None else np.asarray(lower, dtype=float)
+        hi = np.full(p, np.inf) if upper is None else np.asarray(upper, dtype=float)
+        box = (lo, hi)
+        x = np.clip(x, lo, hi)
     everyone = np.arange(n_prob)
     f, g = fun(x, everyone)
     S = np.zeros((n_prob, MEMORY, p))
@@ -63,24 +77,32 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
     first = np.ones(n_prob, dtype=bool)
     # Problems that start at a non-finite point or at a stationary one do not move.
     active = np.isfinite(f) & np.all(np.isfinite(g), axis=1)
-    stationary = active & (np.max(np.abs(g), axis=1) <= gtol)
+    stationary = active & (np.max(np.abs(_projected(x, g, box)), axis=1) <= gtol)
     success[stationary] = True
     active &= ~stationary
     for _ in range(max_iter):
         act = np.flatnonzero(active)
         if act.size == 0:
             break
-        d = -_two_loop(g[act], S[act], Y[act], rho[act])
-        slope = np.einsum("kp,kp->k", g[act], d)
+        g_act = g[act]
+        held = None
+        if box is not None:  # variables on a bound, pushed outwards, stay there
+            held = (((x[act] <= box[0]) & (g_act > 0)) | ((x[act] >= box[1]) & (g_act < 0)))
+            g_act = np.where(held, 0.0, g_act)
+        d = -_two_loop(g_act, S[act], Y[act], rho[act])
+        if held is not None:
+            d[held] = 0.0
+        slope = np.einsum("kp,kp->k", g_act, d)
         bad = ~(slope < 0)  # not a descent direction (rounding): restart from steepest descent
         if bad.any():
-            d[bad] = -g[act][bad]
-            slope[bad] = -np.einsum("kp,kp->k", g[act][bad], g[act][bad])
+            d[bad] = -g_act[bad]
+            slope[bad] = -np.einsum("kp,kp->k", g_act[bad], g_act[bad])
             S[act[bad]], Y[act[bad]], rho[act[bad]] = 0.0, 0.0, 0.0
         step = np.ones(act.size)
         new = first[act]
         step[new] = 1.0 / np.maximum(np.linalg.norm(d[new], axis=1), 1e-300)
-        x_new, f_new, g_new, moved = _line_search(fun, act, x[act], f[act], d, slope, step)
+        x_new, f_new, g_new, moved = _line_search(fun, act, x[act], f[act], d, slope, step,
+                                                  g[act], box)
         n_iter[act] += 1
         first[act] = False
         stuck = act[~moved]  # no decrease found: stop where it is
@@ -96,7 +118,7 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
         f_old = f[went]
         x[went], f[went], g[went] = x_m, f_m, g_m
         rel = (f_old - f_m) / np.maximum(np.maximum(np.abs(f_old), np.abs(f_m)), 1.0)
-        done = (rel <= ftol) | (np.max(np.abs(g_m), axis=1) <= gtol)
+        done = (rel <= ftol) | (np.max(np.abs(_projected(x_m, g_m, box)), axis=1) <= gtol)
         success[went[done]] = True
         active[went[done]] = False
     return BatchResult(x=x, fun=f, jac=g, success=success, n_iter=n_iter)
@@ -119,24 +141,53 @@ def _two_loop(g: np.ndarray, S: np.ndarray, Y: np.ndarray, rho: np.ndarray) -> n
     return r
 
 
+def _projected(x: np.ndarray, g: np.ndarray, box: tuple[np.ndarray, np.ndarray] | None):
+    """The gradient the stopping rule reads: g itself, or with bounds clip(x − g) − x."""
+    return g if box is None else np.clip(x - g, box[0], box[1]) - x
+
+
 def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
-                 d: np.ndarray, slope: np.ndarray, step: np.ndarray):
-    """Backtracking on the Armijo condition; ``moved`` False where no step decreased f."""
+                 d: np.ndarray, slope: np.ndarray, step: np.ndarray, g: np.ndarray,
+                 box: tuple[np.ndarray, np.ndarray] | None):
+    """Backtracking on the Armijo condition; ``moved`` False where no step decreased f.
+    With bounds each trial point is projected onto the box and the Armijo condition reads
+    the slope of the projected step, g·(x_t − x).
+
+    Each problem takes the first of t, t/2, t/4, ... that satisfies the condition, as one
+    halving at a time would; the problems still searching after a round try the next
+    ``width`` halvings in one call (1, then 4, then 16 at a time): the few problems that
+    need many halvings cost a few calls, not one call per halving (issue 21: the calls'
+    overhead, not the arithmetic, was most of a batched refit). Halving is exact in
+    floating point, so the steps, and the points taken, are those of one at a time.
+    """
     x_new, f_new, g_new = x.copy(), f.copy(), np.zeros_like(x)
     moved = np.zeros(rows.size, dtype=bool)
     trying = np.arange(rows.size)
     t = step.copy()
-    for _ in range(MAX_HALVINGS):
-        xt = x[trying] + t[trying, None] * d[trying]
+    tried, width = 0, 1
+    while tried < MAX_HALVINGS and trying.size:
+        k = min(width, MAX_HALVINGS - tried)
+        m = trying.size
+        ts = t[trying, None] * 0.5 ** np.arange(k)  # (m, k): the next k halvings
+        x0 = x[trying, None, :]
+        xt = (x0 + ts[:, :, None] * d[trying, None, :]).reshape(m * k, -1)
+        if box is None:
+            decrease = (ts * slope[trying, None]).ravel()
+        else:
+            xt = np.clip(xt, box[0], box[1])
+            decrease = np.einsum("kp,kp->k", np.repeat(g[trying], k, axis=0),
+                                 xt - np.repeat(x[trying], k, axis=0))
         with np.errstate(over="ignore", invalid="ignore"):
-            ft, gt = fun(xt, rows[trying])
+            ft, gt = fun(xt, np.repeat(rows[trying], k))
         ok = (np.isfinite(ft) & np.all(np.isfinite(gt), axis=1)
-              & (ft <= f[trying] + ARMIJO * t[trying] * slope[trying]))
-        took = trying[ok]
-        x_new[took], f_new[took], g_new[took] = xt[ok], ft[ok], gt[ok]
+              & (ft <= np.repeat(f[trying], k) + ARMIJO * decrease)).reshape(m, k)
+        hit = ok.any(axis=1)
+        first = np.argmax(ok, axis=1)[hit] + np.flatnonzero(hit) * k  # flat index
+        took = trying[hit]
+        x_new[took], f_new[took], g_new[took] = xt[first], ft[first], gt[first]
         moved[took] = True
-        trying = trying[~ok]
-        if trying.size == 0:
-            break
-        t[trying] *= 0.5
+        trying = trying[~hit]
+        t[trying] *= 0.5 ** k
+        tried += k
+        width = min(4 * width, 16)
     return x_new, f_new, g_new, moved

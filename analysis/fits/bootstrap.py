@@ -173,7 +173,7 @@ def run_bootstrap(
     else:
         # A batched refit goes fastest on one large chunk per worker; one at a time, chunks
         # of a few dozen draws let a worker that gets cheap resamples take more.
-        per_job = 1 if hasattr(refit, "batch") else 8
+        per_job = 1 if getattr(refit, "batch", None) is not None else 8
         chunks = np.array_split(indices, min(n_resamples, per_job * n_jobs))
         if _POOL is not None and _POOL[0] == n_jobs:
             parts = list(_POOL[1].map(_refit_all, [refit] * len(chunks), chunks))

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from analysis.errors import FitError
 from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.optimum import Allocation, IsoFlopLines, lines_from_runs, optimal_allocation
 from analysis.fits.results import Estimate, Skipped
@@ -37,6 +38,9 @@ class Law(Protocol):
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]
 FitLaw = Callable[[np.ndarray, np.ndarray, np.ndarray, "Law | None"], Law]
 """fit(N, D, loss, start): ``start`` is the full-data fit (a warm start) in a bootstrap."""
+BatchFit = Callable[[np.ndarray, np.ndarray, np.ndarray, Law, np.ndarray], "list[Law | str]"]
+"""refit(N, D, loss, start, indices): fit(N[idx], D[idx], loss[idx], start) for every row of
+indices at once, each a law or its FitError message (e.g. analysis.fits.interaction)."""
 
 
 @dataclass(frozen=True)
@@ -74,20 +78,40 @@ class _Refit:
     lines: IsoFlopLines
     reference: float
     start: Law
+    batch_fit: BatchFit | None = None
 
     def __call__(self, idx: np.ndarray) -> dict[str, float]:
         sample = tuple(a[idx] for a in self.arrays)
         return fit_law(self.fit, sample, self.lines, self.reference, self.start).statistics()
 
+    @property
+    def batch(self) -> Callable[[np.ndarray], list[dict[str, float] | str]] | None:
+        """Every resample at once (run_bootstrap), where the law has a batched refit."""
+        return None if self.batch_fit is None else self._batch
 
-def run_law(inp: FitInput, fit: FitLaw) -> Estimate | Skipped:
-    """Fit ``fit`` on the selected runs, its allocation, and its bootstrap over runs."""
+    def _batch(self, indices: np.ndarray) -> list[dict[str, float] | str]:
+        out: list[dict[str, float] | str] = []
+        for law in self.batch_fit(*self.arrays, self.start, indices):
+            if isinstance(law, str):
+                out.append(law)
+                continue
+            try:
+                alloc = optimal_allocation(law.log_loss, self.lines, self.reference)
+                out.append(LawFit(law, alloc, self.lines).statistics())
+            except FitError as err:
+                out.append(str(err))
+        return out
+
+
+def run_law(inp: FitInput, fit: FitLaw, batch_fit: BatchFit | None = None) -> Estimate | Skipped:
+    """Fit ``fit`` on the selected runs, its allocation, and its bootstrap over runs
+    (``batch_fit``: the law's refit of every resample at once, where it has one)."""
     arrays = tuple(inp.runs.column(k) for k in ("N", "D", "loss"))
     lines = lines_from_runs(inp.runs)
     ref = inp.reference_flops
     boot = None
     if inp.n_resamples > 0:
         def boot(f: LawFit) -> Bootstrap:
-            return run_bootstrap(len(arrays[0]), _Refit(fit, arrays, lines, ref, f.law),
+            return run_bootstrap(len(arrays[0]), _Refit(fit, arrays, lines, ref, f.law, batch_fit),
                                  n_resamples=inp.n_resamples, seed=inp.seed, n_jobs=inp.n_jobs)
     return estimate(lambda: fit_law(fit, arrays, lines, ref), LawFit.statistics, boot)

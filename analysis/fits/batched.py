@@ -20,7 +20,7 @@ where it is (SciPy's ABNORMAL_TERMINATION_IN_LNSRCH), and its caller judges the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,3 +191,27 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
         tried += k
         width = min(4 * width, 16)
     return x_new, f_new, g_new, moved
+
+
+def resample_counts(indices: Sequence[np.ndarray], size: int, check: Callable[[np.ndarray], object]
+                    ) -> tuple[list[str], np.ndarray, list[tuple[int, object]]]:
+    """The resamples a batched refit can take, as weights on the full data.
+
+    ``check(idx)`` validates one resample as its own refit would (raising FitError with that
+    refit's message). Returns (one entry per resample: "" if it goes on, else the message;
+    the counts of every resample that goes on, (m, size); (draw index, check's result) of
+    each of those, in the same order)."""
+    from analysis.errors import FitError
+
+    messages: list[str] = []
+    counts: list[np.ndarray] = []
+    kept: list[tuple[int, object]] = []
+    for k, idx in enumerate(indices):
+        try:
+            kept.append((k, check(idx)))
+        except FitError as err:
+            messages.append(str(err))
+            continue
+        messages.append("")
+        counts.append(np.bincount(idx, minlength=size).astype(float))
+    return messages, np.array(counts).reshape(len(counts), size), kept

@@ -39,7 +39,7 @@ from analysis.fits.approach3 import (
     StartGrid,
     prepare,
 )
-from analysis.fits.batched import minimize_batch
+from analysis.fits.batched import minimize_batch, resample_counts
 from analysis.fits.laws import Law, run_law
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
@@ -227,31 +227,23 @@ def refit_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, start: Interacti
     tests/test_fits_batched.py compares them on a synthetic bootstrap.
     """
     full = prepare(n, d, loss, what=WHAT)
-    out: list[InteractionLaw | str] = []
-    counts, row_data = [], []
-    for k, idx in enumerate(indices):
-        try:  # the same checks (and messages) as a refit of the resample itself
-            row_data.append((k, prepare(n[idx], d[idx], loss[idx], what=WHAT)))
-        except FitError as err:
-            out.append(str(err))
-            continue
-        out.append("")
-        counts.append(np.bincount(idx, minlength=n.size).astype(float))
-    if not counts:
+    out: list[InteractionLaw | str]
+    out, weights, row_data = resample_counts(  # the same checks (and messages) as a refit
+        indices, n.size, lambda idx: prepare(n[idx], d[idx], loss[idx], what=WHAT))
+    if not row_data:
         return out
-    weights = np.array(counts)
     pts = start_points(grid)
     terms = np.concatenate([  # (starts, points): Huber term of every full-data point
         _huber(log_loss(chunk.T[:, :, None], full.ln_n, full.ln_d) - full.ln_loss, delta)
         for chunk in np.array_split(pts, max(1, len(pts) // 500))])
     f0 = weights @ terms.T  # (resamples, starts)
     best_k = np.argpartition(f0, RESAMPLE_STARTS, axis=1)[:, :RESAMPLE_STARTS + 1]
-    chosen = np.empty((len(counts), RESAMPLE_STARTS), dtype=int)
-    for j in range(len(counts)):  # in screen()'s order: by objective, the grid's on ties
+    chosen = np.empty((len(weights), RESAMPLE_STARTS), dtype=int)
+    for j in range(len(weights)):  # in screen()'s order: by objective, the grid's on ties
         cand = np.sort(best_k[j])
         chosen[j] = cand[np.argsort(f0[j, cand], kind="stable")[:RESAMPLE_STARTS]]
     common = np.array([start.theta, *start.backup_starts], dtype=float)
-    x0 = np.concatenate([np.repeat(common[None], len(counts), axis=0), pts[chosen]], axis=1)
+    x0 = np.concatenate([np.repeat(common[None], len(weights), axis=0), pts[chosen]], axis=1)
     n_starts = x0.shape[1]
     x0 = x0.reshape(-1, N_PARAMS)
     x0[:, 5] = np.clip(x0[:, 5], GAMMA_MIN, GAMMA_MAX)
@@ -265,7 +257,7 @@ def refit_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, start: Interacti
                          max_iter=BATCH_MAX_ITER, lower=np.r_[[-np.inf] * 5, GAMMA_MIN],
                          upper=np.r_[[np.inf] * 5, GAMMA_MAX])
     ok = np.all(np.isfinite(res.x), axis=1) & np.isfinite(res.fun)
-    fun_ok = np.where(ok, res.fun, np.inf).reshape(len(counts), n_starts)
+    fun_ok = np.where(ok, res.fun, np.inf).reshape(len(weights), n_starts)
     bounds = [(None, None)] * 5 + [(GAMMA_MIN, GAMMA_MAX)]
     with single_threaded_blas():
         for j, (k, data) in enumerate(row_data):

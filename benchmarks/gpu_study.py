@@ -45,6 +45,7 @@ from pathlib import Path
 
 RECORDS = "runs.jsonl.gz"
 IMPORTED_FROM = "benchmarks/gpu_study.py"
+IMPORTED_FROM_TAG = "imported_from"  # on the sweep run and every imported run
 
 
 # --- run (the GPU machine: torch, no Ray, no MLflow) ----------------------------------------
@@ -234,8 +235,6 @@ def import_records(folder: Path, sweep_file: str, uri: str) -> tuple[int, int]:
     ledger.mark(parent, "finished", "FINISHED")
     return imported, skipped
 
-
-IMPORTED_FROM_TAG = "imported_from"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,13 @@ Families (docs/sweeps.md, "shape"; Radford et al. 2019 and Touvron et al. 2023):
          tied input/output embeddings (GPT-2 / nanoGPT).
   llama  RMSNorm, rotary positions, SwiGLU MLP (hidden = 2/3 * 4d rounded up to a multiple),
          grouped-query attention (n_kv_heads), no biases, untied output head (LLaMA).
+  bert   GPT's layers without the causal mask: a bidirectional encoder trained as a masked
+         language model (Devlin et al. 2019), its vocabulary one [MASK] token larger than the
+         tokenizer's (pipeline.data.masking).
+
+Objectives (FAMILY_OBJECTIVES): "causal" families predict the next token at every position;
+the "masked" family predicts the original token at the masked positions only, so its loss is
+nats per masked token and it cannot generate text (pipeline.sample refuses it).
 
 The shape rule (nanochat's depth knob, with our own constants):
   n_layer  = depth                                   (the knob)
@@ -43,7 +50,7 @@ class ModelConfig:
     """A fully resolved Transformer shape. Every field is explicit so run_ids are stable."""
 
     family: str
-    """Model family name: "gpt" or "llama"."""
+    """Model family name: a key of FAMILY_BUILDERS ("gpt", "llama", "bert")."""
     vocab_size: int
     """Number of token ids (256 for the byte tokenizer)."""
     seq_len: int
@@ -111,6 +118,8 @@ def validate(cfg: ModelConfig) -> None:
         )
     if not 0.0 <= cfg.dropout < 1.0:
         raise ShapeError(f"dropout must be in [0, 1), got {cfg.dropout!r}")
+    if FAMILY_OBJECTIVES[cfg.family] == "masked" and cfg.causal:
+        raise ShapeError(f"family {cfg.family!r} is a masked-LM encoder: causal must be False")
 
 
 @dataclass(frozen=True)
@@ -172,9 +181,10 @@ def make_config(
     n_kv_heads: int | None = None,
     d_ff: int | None = None,
     dropout: float = 0.0,
-    causal: bool = True,
+    causal: bool | None = None,
 ) -> ModelConfig:
-    """A family's shape from explicit (n_layer, d_model); heads and MLP width follow the rule."""
+    """A family's shape from explicit (n_layer, d_model); heads and MLP width follow the rule.
+    causal: None takes the family's own (True for the causal families, False for bert)."""
     if family not in FAMILIES:
         raise ShapeError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     if n_heads is None:
@@ -184,7 +194,7 @@ def make_config(
     return FAMILY_BUILDERS[family](
         n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff,
         vocab_size=vocab_size, seq_len=seq_len, gqa_ratio=gqa_ratio, ffn_multiple=ffn_multiple,
-        dropout=dropout, causal=causal,
+        dropout=dropout, causal=objective(family) == "causal" if causal is None else causal,
     )
 
 
@@ -214,7 +224,26 @@ def _llama(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None,
     )
 
 
-FAMILY_BUILDERS: dict[str, Callable[..., ModelConfig]] = {"gpt": _gpt, "llama": _llama}
+def _bert(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d_ff: int | None,
+          vocab_size: int, seq_len: int, gqa_ratio: int, ffn_multiple: int, dropout: float,
+          causal: bool) -> ModelConfig:
+    """BERT (Devlin et al. 2019): GPT-2's layers (LayerNorm, learned positions, GELU MLP 4x,
+    biases, tied MLM head) with bidirectional attention. Pre-norm, as the transformer guide's
+    blocks, where BERT itself is post-norm: pre-norm trains stably without warmup tuning at
+    every depth, and keeps the three families' blocks one code path. BERT's MLM head has a
+    dense + LayerNorm transform before the tied decoder; here the final norm is the transform
+    (as GPT's head), so N and the FLOPs count exactly what is built. vocab_size includes the
+    [MASK] token (model_vocab_size)."""
+    if causal:
+        raise ShapeError("family 'bert' is a bidirectional encoder; causal=True is not bert")
+    cfg = _gpt(n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+               d_ff=d_ff, vocab_size=vocab_size, seq_len=seq_len, gqa_ratio=gqa_ratio,
+               ffn_multiple=ffn_multiple, dropout=dropout, causal=False)
+    return replace(cfg, family="bert")
+
+
+FAMILY_BUILDERS: dict[str, Callable[..., ModelConfig]] = {
+    "gpt": _gpt, "llama": _llama, "bert": _bert}
 """The family registry (as torchtitan's model_registry, litgpt's name_to_config): name -> the
 builder of its shapes from (n_layer, d_model) and the rule's knobs. The sweep schema's family
 type (pipeline.config), the CLI's --family choices and make_config all read it: a new family
@@ -223,6 +252,28 @@ FAMILIES: tuple[str, ...] = tuple(FAMILY_BUILDERS)
 """The registry's names, in order (error messages, tests, --family choices)."""
 FamilyName = Literal[FAMILIES]  # type: ignore[valid-type]
 """The sweep schema's family type: a Literal of the registry's names."""
+
+FAMILY_OBJECTIVES: dict[str, Literal["causal", "masked"]] = {
+    "gpt": "causal", "llama": "causal", "bert": "masked"}
+"""What each family is trained to predict: the next token ("causal") or the masked tokens
+("masked", BERT's MLM objective). One entry per registered family (tests check it)."""
+
+EXTRA_TOKENS: dict[str, int] = {"masked": 1}
+"""Token ids an objective adds after the tokenizer's: masked LM adds [MASK]."""
+
+
+def objective(family: str) -> Literal["causal", "masked"]:
+    """The family's training objective (FAMILY_OBJECTIVES), ShapeError for unknown names."""
+    if family not in FAMILY_OBJECTIVES:
+        raise ShapeError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    return FAMILY_OBJECTIVES[family]
+
+
+def model_vocab_size(family: str, tokenizer_vocab: int) -> int:
+    """The model's vocabulary: the tokenizer's ids, then the objective's own tokens (the
+    masked family's [MASK] is id tokenizer_vocab, so no text ever encodes to it)."""
+    return tokenizer_vocab + EXTRA_TOKENS.get(objective(family), 0)
+
 
 def shape_for_depth(
     family: str, depth: int, rule: ShapeRule, *, vocab_size: int, seq_len: int

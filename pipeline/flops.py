@@ -36,7 +36,8 @@ FLOP conventions (``CONVENTIONS``; all are TRAINING FLOPs per token = forward + 
 ``"exact"``
     3 × (sum of ``forward_flops_per_sequence``) / seq_len: Hoffmann et al. 2022,
     Appendix F, with backward = 2 × forward. Counts every matmul including the full T×T
-    attention (not halved for the causal mask, as in the paper) and the embedding lookup as
+    attention (not halved for the causal mask, as in the paper; the bert family's encoder
+    attends to all T×T positions, so for it the count is the work done) and the embedding lookup as
     a 2·T·V·d matmul (as the paper counts it; torch does a gather: 0 matmul FLOPs). Norms,
     biases, activations and residual adds are not counted (nor are they in the paper).
 

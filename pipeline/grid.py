@@ -27,6 +27,7 @@ from pipeline.families import (
     ShapeError,
     ShapeRule,
     make_config,
+    model_vocab_size,
     shape_for_depth,
     shape_for_size,
     shape_for_width,
@@ -54,6 +55,15 @@ class Plan:
 def vocab_size_for(cfg: SweepConfig) -> int | None:
     """Vocabulary size known without reading the corpus (None for chars: depends on it)."""
     return {"bytes": 256, "bpe": cfg.data.bpe_vocab_size}.get(cfg.data.tokenizer)
+
+
+def _model_vocab(cfg: SweepConfig, vocab_size: int | None) -> int:
+    """The models' vocabulary: the tokenizer's (vocab_size, or known from the settings) plus
+    the family objective's own tokens (bert's [MASK]: families.model_vocab_size)."""
+    vocab = vocab_size or vocab_size_for(cfg)
+    if vocab is None:
+        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    return model_vocab_size(cfg.family, vocab)
 
 
 def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
@@ -198,7 +208,7 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
         eval_batches=recipe.eval_batches(t.eval_batches, batch), precision=t.precision,
-        sampling=t.sampling,
+        sampling=t.sampling, mask_rate=t.mask_rate,
     )
 
 
@@ -228,9 +238,7 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
     """All RunSpecs of a sweep, in a deterministic order, plus the skipped cells.
 
     Held-out budgets are not in it: they depend on the fit of these runs (plan_holdout)."""
-    vocab = vocab_size or vocab_size_for(cfg)
-    if vocab is None:
-        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    vocab = _model_vocab(cfg, vocab_size)
     d = cfg.data
     skipped: list[Skipped] = []
     seeds = tuple(cfg.train.seeds)
@@ -389,9 +397,7 @@ def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path |
     log N to n_opt[C], the compute-optimal N that the fit of the main budgets predicts."""
     assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
     seeds = tuple(cfg.train.seeds) + tuple(cfg.isoflop.holdout.seeds or ())
-    vocab = vocab_size or vocab_size_for(cfg)
-    if vocab is None:
-        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    vocab = _model_vocab(cfg, vocab_size)
     ladder = _ladder(cfg, _rule(cfg), vocab)
     skipped: list[Skipped] = []
     cells: list[_Cell] = []

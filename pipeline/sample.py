@@ -16,6 +16,7 @@ import torch
 
 from pipeline import checkpoint, keys
 from pipeline.data import load_data
+from pipeline.families import objective
 from pipeline.model import Transformer
 from pipeline.spec import RunSpec
 from pipeline.train import pick_device
@@ -31,6 +32,10 @@ def sample_text(spec: RunSpec, checkpoint_dir: str | Path, prompt: str, *,
                 max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 50,
                 top_p: float | None = None, seed: int = 0, device: str = "cpu") -> str:
     """The prompt followed by max_new_tokens sampled tokens, decoded to text."""
+    if objective(spec.model.family) != "causal":
+        raise SampleError(f"run {spec.run_id} is of family {spec.model.family!r}, a masked "
+                          "language model: it predicts masked tokens from both sides and does "
+                          "not generate text (sample a gpt or llama run)")
     state = checkpoint.load_latest(checkpoint_dir, map_location=device)
     if state is None:
         raise SampleError(f"no usable checkpoint in {checkpoint_dir}")

@@ -78,6 +78,9 @@ class TrainSpec:
     """Fixed validation batches per evaluation (of batch_size sequences each)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+    mask_rate: float = 0.15
+    """Masked-LM families (bert) only: share of each window's positions chosen for prediction
+    (pipeline.data.masking; BERT's 15%). Causal families keep the default (unused)."""
     sampling: Literal["random", "shuffled"] = "random"
     """How training windows are drawn (pipeline.data.batches): "random" offsets with
     replacement (in a run of half an epoch ~21% of the tokens trained are repeats), or
@@ -182,7 +185,7 @@ class RunSpec:
         )
 
 
-_ADDED_LATER = (("train", "sampling", "random"),)
+_ADDED_LATER = (("train", "sampling", "random"), ("train", "mask_rate", 0.15))
 """(section, field, value every run had before the field existed)."""
 
 

@@ -218,8 +218,8 @@ def test_matmul_flops_match_flop_counter(cfg: ModelConfig, batch: int, data: st.
     assert backward == 2 * forward
 
 
-def test_flop_counter_one_gpt_and_one_llama_at_full_length() -> None:
-    """The two family defaults at seq_len: numbers worth reading in a failure message."""
+def test_flop_counter_every_family_at_full_length() -> None:
+    """Each family's default at seq_len (bert: the full T x T the encoder really attends)."""
     for family in FAMILIES:
         cfg = shape_for_depth(family, 2, ShapeRule(), vocab_size=256, seq_len=64)
         forward, backward = _count_flops(Transformer(cfg), torch.zeros(2, 64, dtype=torch.long))

@@ -204,7 +204,7 @@ def test_initial_loss_is_ln_vocab_on_random_data(family: str) -> None:
         ("llama", {"d_model": 64, "n_heads": 4, "n_kv_heads": 3},
          "n_heads=4 is not divisible by n_kv_heads=3"),
         ("llama", {"d_model": 12, "n_heads": 4}, r"even head_dim.*d_model=12.*n_heads=4 = 3"),
-        ("bert", {"d_model": 32}, "unknown family 'bert'"),
+        ("t5", {"d_model": 32}, "unknown family 't5'"),
     ],
 )
 def test_invalid_shapes_raise_shape_error_naming_the_values(
@@ -217,8 +217,8 @@ def test_invalid_shapes_raise_shape_error_naming_the_values(
 
 def test_shape_errors_also_come_from_the_config_itself() -> None:
     cfg = tiny("llama")
-    with pytest.raises(ShapeError, match="unknown family 'bert'"):
-        with_overrides(cfg, family="bert")
+    with pytest.raises(ShapeError, match="unknown family 't5'"):
+        with_overrides(cfg, family="t5")
     with pytest.raises(ShapeError, match="n_heads=2 is not divisible by n_kv_heads=3"):
         with_overrides(cfg, n_kv_heads=3)
     with pytest.raises(ShapeError, match="d_model=33 is not divisible by n_heads=2"):

@@ -18,7 +18,7 @@ import torch
 
 from pipeline import checkpoint, keys
 from pipeline.data import CACHE_ENV, TokenData, load_data
-from pipeline.families import make_config
+from pipeline.families import FAMILIES, make_config, model_vocab_size
 from pipeline.flops import flops_per_token, params_non_embedding, params_total
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
@@ -47,7 +47,8 @@ def data(cache_dir: Path) -> TokenData:
 def make_spec(family: str = "gpt", *, steps: int = 40, n_layer: int = 1, d_model: int = 32,
               seq_len: int = 32, checkpoint_interval: int = 0, log_interval: int = 10,
               **train_kw: object) -> RunSpec:
-    cfg = make_config(family, n_layer, d_model, vocab_size=256, seq_len=seq_len)
+    cfg = make_config(family, n_layer, d_model, vocab_size=model_vocab_size(family, 256),
+                      seq_len=seq_len)
     train_kw.setdefault("batch_size", 8)
     return RunSpec(
         sweep="test", model=cfg, data=DATA, train=TrainSpec(**train_kw), steps=steps,
@@ -121,7 +122,7 @@ def test_trainer_applies_the_schedule(data: TokenData) -> None:
 # --- optimizer -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_weight_decay_only_on_matrices(family: str) -> None:
     spec = make_spec(family, weight_decay=0.1)
     model = Transformer(spec.model)
@@ -216,7 +217,7 @@ def interrupt_at(k: int):
     return hook
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_interrupted_and_resumed_run_equals_an_uninterrupted_one(
     family: str, data: TokenData, tmp_path: Path
 ) -> None:
@@ -312,7 +313,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(
 # --- divergence ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_huge_learning_rate_diverges_without_crashing(family: str, data: TokenData) -> None:
     spec = make_spec(family, steps=60, lr=1e6, log_interval=10)
     tracker = NullTracker()

@@ -29,8 +29,8 @@ def _with_ci(value: float | None, iv: Interval | None) -> str:
     return fmt(value) + ("" if iv is None else f" {fmt_interval(iv)}")
 
 
-def _noise_words(noise: NoiseEstimate) -> str:
-    return (f"σ = {fmt(noise.sigma)} {fmt_interval(noise.sigma_ci)} nats/token "
+def _noise_words(noise: NoiseEstimate, unit: str) -> str:
+    return (f"σ = {fmt(noise.sigma)} {fmt_interval(noise.sigma_ci)} {unit} "
             f"({noise.rel_sigma:.2%} of the loss, 95% interval "
             f"[{noise.rel_sigma_ci.low:.2%}, {noise.rel_sigma_ci.high:.2%}])")
 
@@ -55,7 +55,7 @@ def noise_summary(result: Analysis) -> str | None:
               f"{fmt_interval(prop.interval('a'))} (noise propagation; the bootstrap over "
               "runs above also varies the grid)")
     return (f"**Run-to-run noise** from {noise.n_groups} seed-replicate groups: "
-            f"{_noise_words(noise)}{judged}{spread}.")
+            f"{_noise_words(noise, result.fitted_runs.loss_unit)}{judged}{spread}.")
 
 
 def holdout_summary(result: Analysis) -> str:
@@ -84,7 +84,8 @@ def noise_section(result: Analysis) -> list[Block]:
     noise = result.noise
     if isinstance(noise, NoiseEstimate):
         blocks.append(Paragraph(
-            f"Runs identical except the seed give {_noise_words(noise)}: pooled over "
+            f"Runs identical except the seed give "
+            f"{_noise_words(noise, result.fitted_runs.loss_unit)}: pooled over "
             f"{noise.n_groups} replicate group(s) of {noise.n_runs} runs ({noise.dof} degrees "
             "of freedom; the interval is the χ² interval of a standard deviation). Before any "
             "fit, the seeds of a cell are averaged into one point, so the fits and their "
@@ -131,7 +132,7 @@ def noise_section(result: Analysis) -> list[Block]:
     if result.residuals:
         rows = tuple((r.what, str(r.n_points), str(r.n_params), fmt(r.rms),
                       fmt(r.expected_rms), fmt(r.ratio)) for r in result.residuals)
-        blocks.append(Table(("fit", "points", "parameters", "residual RMS (nats/token)",
+        blocks.append(Table(("fit", "points", "parameters", f"residual RMS ({result.fitted_runs.loss_unit})",
                              "RMS from noise alone", "ratio"), rows,
                             (False, True, True, True, True, True)))
         blocks.append(Paragraph(
@@ -250,7 +251,7 @@ def schedules_section(result: Analysis) -> list[Block]:
                      fmt(p.branched)))
     se = comp.se_difference
     mean = (f"Mean difference over {len(comp.pairs)} pair(s): {comp.mean_difference:+.4f} "
-            "nats/token" + ("" if se is None else f" ± {fmt(se)} (standard error)") + ".")
+            f"{result.fitted_runs.loss_unit}" + ("" if se is None else f" ± {fmt(se)} (standard error)") + ".")
     noise = ("" if comp.sigma is None else
              f" z = difference / (σ·sqrt(1/n_cosine + 1/n_wsd)), σ = {fmt(comp.sigma)}: "
              "|z| below about 2 is a difference the seeds alone could make.")

@@ -62,8 +62,9 @@ class Context:
 
     @property
     def loss_label(self) -> str:
-        return "validation loss (nats/token)" if "data_corpus" in self.runs.frame.columns \
-            else "loss (nats/token)"
+        unit = self.runs.loss_unit
+        return f"validation loss ({unit})" if "data_corpus" in self.runs.frame.columns \
+            else f"loss ({unit})"
 
     def budgets(self) -> np.ndarray:
         b = self.runs.column("budget")

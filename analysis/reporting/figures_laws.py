@@ -106,7 +106,7 @@ def approach3_figure(ctx: Context) -> Figure:
     levels = MaxNLocator(nbins=14).tick_values(float(surface.min()), top)
     filled = ax.contourf(nn, dd, surface, levels=levels, cmap=LOSS_CMAP, extend="max")
     ax.contour(nn, dd, surface, levels=levels, colors="white", linewidths=0.4, alpha=0.7)
-    fig.colorbar(filled, ax=ax, label="predicted loss L(N, D) (nats/token)", pad=0.01)
+    fig.colorbar(filled, ax=ax, label=f"predicted loss L(N, D) ({ctx.runs.loss_unit})", pad=0.01)
     for budget in _compute_levels(ctx):
         ax.plot(ng, budget / (6.0 * ng), color="white", ls=":", lw=0.9)
     cg = np.geomspace(6 * ng[0] * dg[0], 6 * ng[-1] * dg[-1], 300)

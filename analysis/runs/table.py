@@ -39,6 +39,7 @@ import pandas as pd
 
 from analysis.errors import DataError
 from pipeline import keys
+from pipeline.families import FAMILY_OBJECTIVES
 
 REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "family")
 POSITIVE = ("N", "D", "C", "loss")
@@ -127,6 +128,17 @@ class RunsTable:
         fams = self.frame["family"].astype(str)
         fams = fams[fams != ""]
         return None if fams.empty else str(fams.value_counts().index[0])
+
+    @property
+    def masked(self) -> bool:
+        """Whether the runs are of a masked-LM family (their loss is per masked token)."""
+        family = self.family()
+        return FAMILY_OBJECTIVES.get(family or "", "causal") == "masked"
+
+    @property
+    def loss_unit(self) -> str:
+        """The unit of the final loss: nats per token, or per masked token (bert)."""
+        return "nats/masked token" if self.masked else "nats/token"
 
 
 def runs_from_arrays(

@@ -25,7 +25,7 @@ from pipeline.config.sections import (
     ShapeSection,
     TrainSection,
 )
-from pipeline.families import FamilyName
+from pipeline.families import FamilyName, objective
 from pipeline.flops import CONVENTIONS
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -67,6 +67,10 @@ class SweepConfig(Strict):
             problems += [((("shape",) + loc), msg, v) for loc, msg, v in
                          _unused(self.shape, ("gqa_ratio", "ffn_multiple"),
                                  f"by family {self.family!r}")]
+        if objective(self.family) != "masked":
+            problems += [((("train",) + loc), msg, v) for loc, msg, v in
+                         _unused(self.train, ("mask_rate",), f"by family {self.family!r} (it "
+                                 "predicts every next token; mask_rate is for masked LMs)")]
         problems += self._shape_problems()
         rep = self.isoflop.replicates if self.isoflop is not None else None
         for i, seed in enumerate(rep.seeds if rep is not None else []):

@@ -23,7 +23,7 @@ from pipeline.config.base import (
     _unused,
 )
 from pipeline.recipe import ScalingRecipe
-from pipeline.spec import DataSpec
+from pipeline.spec import DataSpec, TrainSpec
 
 
 class ShapeSection(Strict):
@@ -57,6 +57,7 @@ _HF_SPEC = re.compile(r"hf:[^:]+(?::[^:]*){0,2}")  # as pipeline.data.settings._
 
 
 _DATA_DEFAULTS = DataSpec()  # the one source of the data settings' defaults
+_TRAIN_DEFAULTS = TrainSpec()
 
 
 class DataSection(Strict):
@@ -159,6 +160,9 @@ class TrainSection(Strict):
     """Fixed validation batches per evaluation."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+    mask_rate: Annotated[float, Field(gt=0, lt=1)] = _TRAIN_DEFAULTS.mask_rate
+    """Masked-LM families (bert) only: share of positions chosen for prediction, of which 80%
+    become [MASK], 10% a random token and 10% stay (BERT's 15%; pipeline.data.masking)."""
     sampling: Literal["random", "shuffled"] = "random"
     """Training windows: "random" offsets (with replacement; earlier sweeps' runs) or
     "shuffled" (non-overlapping windows, a new permutation each epoch: no token seen twice

@@ -27,13 +27,14 @@ from typing import Protocol
 import torch
 
 from pipeline import checkpoint, flops, keys
-from pipeline.data import TokenData, eval_batches, get_batch, load_data  # load_data: re-exported
+from pipeline.data import TokenData, load_data  # load_data: re-exported
 from pipeline.data.batches import unique_tokens_seen
+from pipeline.families import model_vocab_size
 from pipeline.ledger import ui
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
-from pipeline.train import parallel
+from pipeline.train import objective, parallel
 from pipeline.train.parallel import SINGLE, World
 
 
@@ -138,27 +139,34 @@ def autocast_for(spec: RunSpec, device: torch.device):
 
 @torch.no_grad()
 def evaluate(model: Transformer, batches, spec: RunSpec, device: torch.device) -> float:
-    """Mean validation cross-entropy (nats/token) over the fixed eval batches."""
+    """Mean validation cross-entropy over the fixed eval batches: nats per token (causal), or
+    per masked token (masked: each batch weighted by its count of masked tokens)."""
     model.eval()
     total = torch.zeros((), device=device)
-    for x, y in batches:
+    weights = ([objective.target_count(y) for _, y in batches] if objective.is_masked(spec)
+               else [1] * len(batches))
+    for (x, y), weight in zip(batches, weights, strict=True):
         for xs, ys, share in micro_batches(x, y, spec):
             with autocast_for(spec, device):
                 _, loss = model(xs, ys)
-            total += loss.float() * share
+            total += loss.float() * (share * weight)
     model.train()
-    return (total / len(batches)).item()
+    return (total / sum(weights)).item()
 
 
 def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec):
     """(x, y, share) per forward/backward pass: the whole batch, or exec.micro_batch_size
-    rows at a time with share = rows / batch, so that the shares' weighted mean of the
-    passes' mean losses is the batch's mean loss (equal-length sequences)."""
+    rows at a time with share = rows / batch (causal: equal-length sequences) or the pass's
+    share of the batch's targets (masked), so that the shares' weighted mean of the passes'
+    mean losses is the batch's mean loss."""
     micro = spec.exec.micro_batch_size or len(x)
     if micro >= len(x):
         return [(x, y, 1.0)]
-    return [(xs, ys, len(xs) / len(x)) for xs, ys in
-            zip(x.split(micro), y.split(micro), strict=True)]
+    passes = list(zip(x.split(micro), y.split(micro), strict=True))
+    if objective.is_masked(spec):
+        counts = [objective.target_count(ys) for _, ys in passes]
+        return [(xs, ys, c / sum(counts)) for (xs, ys), c in zip(passes, counts, strict=True)]
+    return [(xs, ys, len(xs) / len(x)) for xs, ys in passes]
 
 
 def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:
@@ -249,10 +257,10 @@ class _Run:
         self.curve["tokens"].append(step * self.tokens_per_step)
         self.curve["val_loss"].append(val)
         tokens = step * self.tokens_per_step
-        self.tracker.log_metrics({
-            keys.VAL_LOSS: val, keys.VAL_BPB: val / math.log(2) * (1 / self.bytes_per_token),
-            keys.TOKENS: tokens,
-        }, step)
+        metrics = {keys.VAL_LOSS: val, keys.TOKENS: tokens}
+        if not objective.is_masked(self.spec):  # bits per byte of text predicted in full
+            metrics[keys.VAL_BPB] = val / math.log(2) * (1 / self.bytes_per_token)
+        self.tracker.log_metrics(metrics, step)
         self.tracker.log_metrics({keys.VAL_LOSS_BY_TOKENS: val}, tokens)
         return val
 
@@ -300,10 +308,12 @@ def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> To
     """The run's tokens (loaded if not handed in), checked against the model's vocabulary,
     their fingerprints tagged (provenance: exactly which tokens this run saw)."""
     data = data or load_data(spec.data)
-    if data.vocab_size != spec.model.vocab_size:
+    expected = model_vocab_size(spec.model.family, data.vocab_size)
+    if expected != spec.model.vocab_size:
         raise ValueError(
             f"model vocab_size={spec.model.vocab_size} does not match the tokenizer's "
-            f"{data.vocab_size} ({spec.data.tokenizer})"
+            f"{data.vocab_size} ({spec.data.tokenizer}) for family {spec.model.family!r} "
+            f"(expected {expected})"
         )
     tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
                       keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
@@ -319,8 +329,7 @@ def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor
     lr = lr_at(step, spec)
     for group in optimizer.param_groups:
         group["lr"] = lr
-    x, y = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device=run.device,
-                     sampling=t.sampling)
+    x, y = objective.train_batch(spec, data, step, run.device)
     x, y = parallel.local_rows(x, y, run.world)  # this worker's rows of the global batch
     passes = micro_batches(x, y, spec)
     if len(passes) == 1:
@@ -408,8 +417,8 @@ def train(
         raise ValueError(f"batch_size={t.batch_size} does not split over {world.size} workers")
     forward = parallel.wrap(model, world, device, spec.exec.sharding)  # before the optimizer
     run = _Run(spec, tracker, model, make_optimizer(model, spec, device), device,
-               evals=eval_batches(data.val, t.batch_size, cfg.seq_len, t.eval_batches,
-                                  device=device),
+               evals=objective.validation_batches(spec, data, t.batch_size, t.eval_batches,
+                                                 device),
                bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir,
                data_fingerprint=data.fingerprint, world=world, forward=forward)
     tokens_per_step = run.tokens_per_step
@@ -483,7 +492,8 @@ def _finish(run: _Run, data: TokenData, wall: float, diverged_step: int | None,
         # Checkpoint first: a run resumed from it evaluates once more, not a second time.
         run.save_checkpoint(spec.steps, wall)
         result.final_val_loss = run.record_eval(spec.steps)
-        result.final_val_bpb = result.final_val_loss / math.log(2) / run.bytes_per_token
+        if not objective.is_masked(spec):
+            result.final_val_bpb = result.final_val_loss / math.log(2) / run.bytes_per_token
     result.curve = run.curve
     result.train_tokens = len(data.train)
     result.unique_tokens = unique_tokens_seen(

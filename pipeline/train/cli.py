@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from pipeline import flops, keys
 from pipeline.data import load_data
-from pipeline.families import FAMILIES, make_config
+from pipeline.data.masking import DEFAULT_RATE, check_rate
+from pipeline.families import FAMILIES, make_config, model_vocab_size, objective
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.tracking import Ledger, default_tracking_uri
 from pipeline.trial import execute_trial
@@ -35,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of steps")
     p.add_argument("--schedule", choices=["cosine", "wsd", "constant"], default="cosine")
+    p.add_argument("--mask-rate", type=float, default=None,
+                   help=f"masked-LM families (bert): share of positions predicted "
+                        f"(default {DEFAULT_RATE})")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--corpus", default="stdlib")
@@ -51,26 +56,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     """The run the options describe (builds the token cache once; the trial reloads it)."""
+    mask_rate = _mask_rate(args)
     data_spec = DataSpec(corpus=args.corpus, tokenizer=args.tokenizer)
     data = load_data(data_spec)
-    cfg = make_config(args.family, args.n_layer, args.d_model, vocab_size=data.vocab_size,
+    cfg = make_config(args.family, args.n_layer, args.d_model,
+                      vocab_size=model_vocab_size(args.family, data.vocab_size),
                       seq_len=args.seq_len, head_dim=args.head_dim)
     steps = max(1, round(args.tokens / (args.batch_size * args.seq_len)))
     warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
     return RunSpec(
         sweep=args.experiment, model=cfg, data=data_spec,
         train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
-                        schedule=args.schedule, seed=args.seed, precision=args.precision),
+                        schedule=args.schedule, seed=args.seed, precision=args.precision,
+                        mask_rate=mask_rate),
         steps=steps,
         exec=ExecSpec(threads=args.threads, device=args.device,
                       checkpoint_interval=args.checkpoint_interval),
     )
 
 
+def _mask_rate(args: argparse.Namespace) -> float:
+    """--mask-rate, checked: in (0, 1), and only for a masked-LM family."""
+    if args.mask_rate is None:
+        return DEFAULT_RATE
+    if objective(args.family) != "masked":
+        raise ValueError(f"--mask-rate {args.mask_rate} is for masked-LM families; family "
+                         f"{args.family!r} predicts every next token")
+    check_rate(args.mask_rate)
+    return args.mask_rate
+
+
 def main(argv: list[str] | None = None) -> int:
     """Single-run CLI: train one model on the default corpus and log it to MLflow."""
     args = build_parser().parse_args(argv)
-    spec = spec_from_args(args)
+    try:
+        spec = spec_from_args(args)
+    except ValueError as e:  # ShapeError, DataError, a bad --mask-rate: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cfg, steps = spec.model, spec.steps
     uri = default_tracking_uri()
     ledger = Ledger(uri, args.experiment)

@@ -145,7 +145,8 @@ def check_lines(result: Analysis) -> list[str]:
                 f"{'' if verdict.headline_describes else ', does NOT describe the runs'}): "
                 f"a = {fmt(head.point['a'])} {fmt_interval(head.ci95('a'))}, "
                 f"{fmt(head.point['tokens_per_param'])} "
-                f"{fmt_interval(head.ci95('tokens_per_param'))} tokens per parameter")
+                f"{fmt_interval(head.ci95('tokens_per_param'))} "
+                f"{result.fitted_runs.data_unit} per parameter")
     return lines
 
 

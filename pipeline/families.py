@@ -12,9 +12,19 @@ Families (docs/sweeps.md, "shape"; Radford et al. 2019 and Touvron et al. 2023):
          language model (Devlin et al. 2019), its vocabulary one [MASK] token larger than the
          tokenizer's (pipeline.data.masking).
 
+  vit    a Vision Transformer (Dosovitskiy et al. 2021): patches by a strided convolution, a
+         [CLS] token, learned positions, GPT's pre-norm blocks without a mask, a linear
+         classifier on the [CLS] state (pipeline.vision).
+
 Objectives (FAMILY_OBJECTIVES): "causal" families predict the next token at every position;
 the "masked" family predicts the original token at the masked positions only, so its loss is
-nats per masked token and it cannot generate text (pipeline.sample refuses it).
+nats per masked token and it cannot generate text (pipeline.sample refuses it); "classify"
+(vit) predicts an image's class, its loss in nats per image.
+
+The unit of data of vit is the image: its seq_len is 1 (one image per sample) and its
+vocab_size is the number of classes, so D = steps * batch_size counts images and C = FLOPs
+per image x D everywhere a text family counts tokens (planner, ledger, analysis). The image's
+own sequence (n_patches + 1 positions) follows from image_size and patch_size (positions).
 
 The shape rule (nanochat's depth knob, with our own constants):
   n_layer  = depth                                   (the knob)
@@ -83,10 +93,31 @@ class ModelConfig:
     """Rotary base frequency (llama only)."""
     norm_eps: float = 1e-5
     """Epsilon of the normalisation layers."""
+    image_size: int = 0
+    """vit: side of the square input image in pixels; 0 for the text families."""
+    patch_size: int = 0
+    """vit: side of a square patch in pixels (it divides image_size); 0 for text."""
+    channels: int = 0
+    """vit: colour channels of the input (1 grey, 3 RGB); 0 for text."""
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def is_image(self) -> bool:
+        return self.image_size > 0
+
+    @property
+    def n_patches(self) -> int:
+        """vit: patches per image, (image_size / patch_size)^2; 0 for text."""
+        return (self.image_size // self.patch_size) ** 2 if self.is_image else 0
+
+    @property
+    def positions(self) -> int:
+        """Positions the Transformer attends over per sample: seq_len for text, the patches
+        plus [CLS] for vit (its seq_len is 1: one image)."""
+        return self.n_patches + 1 if self.is_image else self.seq_len
 
     def __post_init__(self) -> None:
         validate(self)
@@ -120,6 +151,28 @@ def validate(cfg: ModelConfig) -> None:
         raise ShapeError(f"dropout must be in [0, 1), got {cfg.dropout!r}")
     if FAMILY_OBJECTIVES[cfg.family] == "masked" and cfg.causal:
         raise ShapeError(f"family {cfg.family!r} is a masked-LM encoder: causal must be False")
+    _validate_image(cfg)
+
+
+def _validate_image(cfg: ModelConfig) -> None:
+    """vit needs the image geometry (and a seq_len of 1 image); text families have none."""
+    geometry = {"image_size": cfg.image_size, "patch_size": cfg.patch_size,
+                "channels": cfg.channels}
+    if FAMILY_OBJECTIVES[cfg.family] != "classify":
+        if given := {k: v for k, v in geometry.items() if v}:
+            raise ShapeError(f"family {cfg.family!r} takes text, not images: "
+                             f"{', '.join(f'{k}={v}' for k, v in given.items())} is for vit")
+        return
+    for name, value in geometry.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ShapeError(f"family {cfg.family!r}: {name} must be a positive integer, "
+                             f"got {value!r}")
+    if cfg.image_size % cfg.patch_size:
+        raise ShapeError(f"patch_size={cfg.patch_size} does not divide "
+                         f"image_size={cfg.image_size}")
+    if cfg.seq_len != 1 or cfg.causal:
+        raise ShapeError(f"family {cfg.family!r}: seq_len must be 1 (one image) and causal "
+                         f"False, got seq_len={cfg.seq_len}, causal={cfg.causal}")
 
 
 @dataclass(frozen=True)
@@ -140,6 +193,19 @@ class ShapeRule:
     """The size knob: depth (n_layer) or width (d_model in head_dim units)."""
     max_width: int = 512
     """Largest width, in head_dim units, when knob is "width"."""
+    image_size: int = 0
+    """vit: the data's image side in pixels (0 for text families)."""
+    patch_size: int = 0
+    """vit: patch side in pixels, dividing image_size (0 for text families)."""
+    channels: int = 0
+    """vit: the data's colour channels (0 for text families)."""
+
+    def image(self) -> dict[str, int]:
+        """The image geometry as make_config's keywords (empty for text)."""
+        if not self.image_size:
+            return {}
+        return {"image_size": self.image_size, "patch_size": self.patch_size,
+                "channels": self.channels}
 
     def __post_init__(self) -> None:
         if self.aspect_ratio <= 0:
@@ -182,20 +248,32 @@ def make_config(
     d_ff: int | None = None,
     dropout: float = 0.0,
     causal: bool | None = None,
+    image_size: int = 0,
+    patch_size: int = 0,
+    channels: int = 0,
 ) -> ModelConfig:
     """A family's shape from explicit (n_layer, d_model); heads and MLP width follow the rule.
-    causal: None takes the family's own (True for the causal families, False for bert)."""
+    causal: None takes the family's own (True for the causal families, False for bert and
+    vit). vit: the image geometry; its seq_len is then 1 whatever is given (one image)."""
     if family not in FAMILIES:
         raise ShapeError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     if n_heads is None:
         if d_model % head_dim:
             raise ShapeError(f"d_model={d_model} is not divisible by head_dim={head_dim}")
         n_heads = d_model // head_dim
+    common = dict(n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+                  d_ff=d_ff, vocab_size=vocab_size, gqa_ratio=gqa_ratio,
+                  ffn_multiple=ffn_multiple, dropout=dropout)
+    if objective(family) == "classify":
+        return FAMILY_BUILDERS[family](**common, seq_len=1, causal=bool(causal),
+                                       image_size=image_size, patch_size=patch_size,
+                                       channels=channels)
+    if image_size or patch_size or channels:
+        raise ShapeError(f"family {family!r} takes text, not images: image_size, patch_size "
+                         "and channels are for vit")
     return FAMILY_BUILDERS[family](
-        n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_ff=d_ff,
-        vocab_size=vocab_size, seq_len=seq_len, gqa_ratio=gqa_ratio, ffn_multiple=ffn_multiple,
-        dropout=dropout, causal=objective(family) == "causal" if causal is None else causal,
-    )
+        **common, seq_len=seq_len,
+        causal=objective(family) == "causal" if causal is None else causal)
 
 
 def _gpt(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d_ff: int | None,
@@ -242,8 +320,21 @@ def _bert(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d
     return replace(cfg, family="bert")
 
 
+def _vit(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d_ff: int | None,
+         vocab_size: int, seq_len: int, gqa_ratio: int, ffn_multiple: int, dropout: float,
+         causal: bool, image_size: int, patch_size: int, channels: int) -> ModelConfig:
+    """ViT (Dosovitskiy et al. 2021): GPT-2's pre-norm blocks (LayerNorm, GELU MLP 4x,
+    biases) without a mask over the [CLS] token and the patches; vocab_size is the number of
+    classes (the head's outputs), seq_len 1 (the unit of data is the image)."""
+    cfg = _gpt(n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
+               d_ff=d_ff, vocab_size=vocab_size, seq_len=1, gqa_ratio=gqa_ratio,
+               ffn_multiple=ffn_multiple, dropout=dropout, causal=False)
+    return replace(cfg, family="vit", tied_embeddings=False, image_size=image_size,
+                   patch_size=patch_size, channels=channels)
+
+
 FAMILY_BUILDERS: dict[str, Callable[..., ModelConfig]] = {
-    "gpt": _gpt, "llama": _llama, "bert": _bert}
+    "gpt": _gpt, "llama": _llama, "bert": _bert, "vit": _vit}
 """The family registry (as torchtitan's model_registry, litgpt's name_to_config): name -> the
 builder of its shapes from (n_layer, d_model) and the rule's knobs. The sweep schema's family
 type (pipeline.config), the CLI's --family choices and make_config all read it: a new family
@@ -253,20 +344,30 @@ FAMILIES: tuple[str, ...] = tuple(FAMILY_BUILDERS)
 FamilyName = Literal[FAMILIES]  # type: ignore[valid-type]
 """The sweep schema's family type: a Literal of the registry's names."""
 
-FAMILY_OBJECTIVES: dict[str, Literal["causal", "masked"]] = {
-    "gpt": "causal", "llama": "causal", "bert": "masked"}
+Objective = Literal["causal", "masked", "classify"]
+FAMILY_OBJECTIVES: dict[str, Objective] = {
+    "gpt": "causal", "llama": "causal", "bert": "masked", "vit": "classify"}
 """What each family is trained to predict: the next token ("causal") or the masked tokens
-("masked", BERT's MLM objective). One entry per registered family (tests check it)."""
+("masked", BERT's MLM objective) or the image's class ("classify"). One entry per registered
+family (tests check it)."""
+
+TEXT_FAMILIES: tuple[str, ...] = tuple(f for f in FAMILIES if FAMILY_OBJECTIVES[f] != "classify")
+"""The families that read token windows (every one but vit)."""
 
 EXTRA_TOKENS: dict[str, int] = {"masked": 1}
 """Token ids an objective adds after the tokenizer's: masked LM adds [MASK]."""
 
 
-def objective(family: str) -> Literal["causal", "masked"]:
+def objective(family: str) -> Objective:
     """The family's training objective (FAMILY_OBJECTIVES), ShapeError for unknown names."""
     if family not in FAMILY_OBJECTIVES:
         raise ShapeError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
     return FAMILY_OBJECTIVES[family]
+
+
+def data_unit(family: str) -> str:
+    """What D counts for the family: "images" (vit: seq_len 1 image per sample) or "tokens"."""
+    return "images" if objective(family) == "classify" else "tokens"
 
 
 def model_vocab_size(family: str, tokenizer_vocab: int) -> int:
@@ -285,6 +386,7 @@ def shape_for_depth(
     return make_config(
         family, depth, d_model, vocab_size=vocab_size, seq_len=seq_len,
         head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple,
+        **rule.image(),
     )
 
 
@@ -301,6 +403,7 @@ def shape_for_width(
     return make_config(
         family, n_layer, d_model, vocab_size=vocab_size, seq_len=seq_len,
         head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple,
+        **rule.image(),
     )
 
 

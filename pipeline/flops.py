@@ -41,6 +41,14 @@ FLOP conventions (``CONVENTIONS``; all are TRAINING FLOPs per token = forward + 
     a 2·T·V·d matmul (as the paper counts it; torch does a gather: 0 matmul FLOPs). Norms,
     biases, activations and residual adds are not counted (nor are they in the paper).
 
+vit (a unit of data is an image of S = n_patches + 1 positions; seq_len is 1)
+------------------------------------------------------------------------------
+Groups as above with T = S: token_embedding is the patch projection (C·p²·d + its bias) and
+the [CLS] vector, position_embedding S·d, output_head the classifier (classes·d + bias).
+FLOPs are per image: "exact" counts the patch convolution as its matmul (2·n_patches·C·p²·d),
+the blocks over S positions, and the classifier on [CLS] only (2·d·classes); "6nd" is 6·N·S
+(6·N per token, S tokens per image), "kaplan" 3·S·(2·N + 2·n_layer·S·d_attn).
+
 A FLOP here is one multiply or one add: a multiply-add of an (m×k)·(k×n) matmul is 2·m·k·n.
 """
 
@@ -128,6 +136,15 @@ def param_groups(cfg: ModelConfig) -> dict[str, int]:
     if cfg.pos not in ("learned", "rope"):
         raise ValueError(f"unknown pos {cfg.pos!r}; known: learned, rope")
 
+    if cfg.is_image:  # vit: patches, [CLS] and positions in; a classifier (with bias) out
+        return {
+            "token_embedding": cfg.channels * cfg.patch_size ** 2 * d + d + d,
+            "position_embedding": cfg.positions * d,
+            "attention": L * attention,
+            "mlp": L * mlp,
+            "norms": (2 * L + 1) * per_norm,
+            "output_head": cfg.vocab_size * d + cfg.vocab_size,
+        }
     return {
         "token_embedding": cfg.vocab_size * d,
         "position_embedding": cfg.seq_len * d if cfg.pos == "learned" else 0,
@@ -198,22 +215,35 @@ def forward_flops_per_sequence(
     square, as in the paper, although a causal model could skip half of it. ``embeddings``
     is 2·T·V·d as the paper counts it (a one-hot matmul); torch does a gather instead.
     """
-    T = cfg.seq_len if seq_len is None else seq_len
+    T = cfg.positions if seq_len is None else seq_len
     if not isinstance(T, int) or isinstance(T, bool) or T < 1:
         raise ValueError(f"seq_len must be a positive integer, got {T!r}")
     d, L, V = cfg.d_model, cfg.n_layer, cfg.vocab_size
+    if cfg.is_image and cfg.positions != T:
+        raise ValueError(f"vit attends over its {cfg.positions} positions (patches + [CLS]); "
+                         f"seq_len={T} is not one of its inputs")
 
     per_layer = _attention_layer_flops(T, d, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
     # 6) MLP: k matrices of d×d_ff: 2·T·d·d_ff·k (k = 2 GELU, 3 SwiGLU).
     per_layer["mlp"] = 2.0 * T * d * cfg.d_ff * _mlp_matrices(cfg.mlp)
 
-    everything = {
-        # 0) Embedding lookup, counted as a matmul with one-hot rows: 2·T·V·d.
-        "embeddings": 2.0 * T * V * d,
-        **{name: L * flops for name, flops in per_layer.items()},
-        # 7) Output logits: 2·T·d·V (tied or not, the matmul is done).
-        "logits": 2.0 * T * d * V,
-    }
+    if cfg.is_image:
+        everything = {
+            # 0) vit: the patch projection, a strided convolution = a matmul of each patch's
+            #    C·p² pixels by d: 2·n_patches·C·p²·d (the [CLS] and position adds are free).
+            "embeddings": 2.0 * cfg.n_patches * cfg.channels * cfg.patch_size ** 2 * d,
+            **{name: L * flops for name, flops in per_layer.items()},
+            # 7) vit: the classifier reads the [CLS] position only: 2·d·classes.
+            "logits": 2.0 * d * V,
+        }
+    else:
+        everything = {
+            # 0) Embedding lookup, counted as a matmul with one-hot rows: 2·T·V·d.
+            "embeddings": 2.0 * T * V * d,
+            **{name: L * flops for name, flops in per_layer.items()},
+            # 7) Output logits: 2·T·d·V (tied or not, the matmul is done).
+            "logits": 2.0 * T * d * V,
+        }
     if groups is None:
         return everything
     wanted = list(groups)
@@ -234,14 +264,16 @@ def flops_per_token(cfg: ModelConfig, convention: str) -> float:
     See the module docstring for the conventions and their sources.
     """
     _check_convention(convention)
+    # vit's unit of data is the image (seq_len 1) of `positions` tokens; text: one token.
+    per = cfg.positions if cfg.is_image else 1
     if convention == "6nd":
-        return 6.0 * params_total(cfg)
+        return 6.0 * params_total(cfg) * per
     if convention == "6nd_non_embedding":
-        return 6.0 * params_non_embedding(cfg)
+        return 6.0 * params_non_embedding(cfg) * per
     if convention == "kaplan":
         d_attn = cfg.n_heads * cfg.head_dim
-        forward = 2.0 * params_non_embedding(cfg) + 2.0 * cfg.n_layer * cfg.seq_len * d_attn
-        return 3.0 * forward
+        forward = 2.0 * params_non_embedding(cfg) + 2.0 * cfg.n_layer * cfg.positions * d_attn
+        return 3.0 * forward * per
     # "exact": backward = 2 × forward, so training = 3 × forward.
     return 3.0 * sum(forward_flops_per_sequence(cfg).values()) / cfg.seq_len
 

@@ -26,6 +26,7 @@ from pipeline.families import (
     ModelConfig,
     ShapeError,
     ShapeRule,
+    data_unit,
     make_config,
     model_vocab_size,
     shape_for_depth,
@@ -33,6 +34,7 @@ from pipeline.families import (
     shape_for_width,
 )
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
 
 ISOFLOP_TOLERANCE = 0.01
 """Largest relative gap between an isoflop cell's achieved FLOPs and its budget."""
@@ -53,7 +55,10 @@ class Plan:
 
 
 def vocab_size_for(cfg: SweepConfig) -> int | None:
-    """Vocabulary size known without reading the corpus (None for chars: depends on it)."""
+    """Vocabulary size known without reading the corpus (None for chars: depends on it). For
+    an image corpus: its number of classes (None unless the source fixes it: the digits)."""
+    if is_image_corpus(cfg.data.corpus):
+        return declared_classes(cfg.data.corpus)
     return {"bytes": 256, "bpe": cfg.data.bpe_vocab_size}.get(cfg.data.tokenizer)
 
 
@@ -75,9 +80,14 @@ def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
 
 def _rule(cfg: SweepConfig) -> ShapeRule:
     s = cfg.shape
+    image: dict[str, int] = {}
+    if is_image_corpus(cfg.data.corpus):  # the schema made sure the geometry is declared
+        geometry = declared_geometry(cfg.data.corpus, cfg.data.image_size)
+        assert geometry is not None and s.patch_size is not None
+        image = {"image_size": geometry[0], "channels": geometry[1], "patch_size": s.patch_size}
     return ShapeRule(aspect_ratio=s.aspect_ratio, head_dim=s.head_dim, gqa_ratio=s.gqa_ratio,
                      ffn_multiple=s.ffn_multiple, max_depth=s.max_depth, knob=s.knob,
-                     max_width=s.max_width)
+                     max_width=s.max_width, **image)
 
 
 def group_problem(cfg: SweepConfig, m: ModelConfig) -> str | None:
@@ -127,7 +137,7 @@ def _shapes(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float | N
             try:
                 m = make_config(cfg.family, s.n_layer, s.d_model, vocab_size=vocab, seq_len=T,
                                 head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio,
-                                ffn_multiple=rule.ffn_multiple)
+                                ffn_multiple=rule.ffn_multiple, **rule.image())
             except ShapeError as e:
                 skipped.append(Skipped(label, str(e)))
             else:
@@ -263,7 +273,8 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
                 else:
                     m = make_config(cfg.family, r.n_layer, r.d_model, vocab_size=vocab,
                                     seq_len=d.seq_len, head_dim=rule.head_dim,
-                                    gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple)
+                                    gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple,
+                                    **rule.image())
             except ShapeError as e:
                 skipped.append(Skipped(f"runs[{i}]", str(e)))
                 continue
@@ -291,20 +302,21 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
     longest: dict[ModelConfig, int] = {}  # steps of the longest run per shape (WSD trunks)
     for cell in cells:
         m, budget = cell.model, cell.budget
-        batch = cfg.train.batch_for(cell.tokens, cfg.data.seq_len)
-        tokens_per_step = batch * cfg.data.seq_len
+        batch = cfg.train.batch_for(cell.tokens, cell.model.seq_len)
+        tokens_per_step = batch * cell.model.seq_len
         steps = round(cell.tokens / tokens_per_step)
+        unit = data_unit(m.family)
         label = (f"{m.family} L{m.n_layer} d{m.d_model}"
                  + (f" at C={budget:.3g}" if budget else f" D={cell.tokens:.3g}"))
         if steps < cfg.train.min_steps:
-            skipped.append(Skipped(label, f"{cell.tokens:.3g} tokens give {steps} steps of "
-                                          f"{tokens_per_step} tokens (< min_steps="
+            skipped.append(Skipped(label, f"{cell.tokens:.3g} {unit} give {steps} steps of "
+                                          f"{tokens_per_step} {unit} (< min_steps="
                                           f"{cfg.train.min_steps})"))
             continue
         if budget is not None:
             achieved = flops.training_flops(m, steps * tokens_per_step, cfg.flops_convention)
             if abs(achieved / budget - 1) > ISOFLOP_TOLERANCE:
-                skipped.append(Skipped(label, f"{steps} steps of {tokens_per_step} tokens give "
+                skipped.append(Skipped(label, f"{steps} steps of {tokens_per_step} {unit} give "
                                               f"{achieved:.4g} FLOPs, off the budget by more "
                                               f"than {ISOFLOP_TOLERANCE:.0%}"))
                 continue

@@ -10,6 +10,7 @@ TRAIN_LOSS = "train/loss"  # mean training cross-entropy over the last log inter
 TRAIN_LR = "train/lr"  # learning rate at that step
 VAL_LOSS = "val/loss"  # validation cross-entropy on the fixed eval batches, nats/token
 VAL_BPB = "val/bpb"  # the same in bits per UTF-8 byte, so tokenizers compare
+VAL_ACCURACY = "val/accuracy"  # classify (vit): share of validation images classified right
 TOKENS = "tokens"  # tokens consumed by the optimizer so far (step x batch x seq_len)
 THROUGHPUT = "throughput/tokens_per_s"  # training tokens per wall-clock second
 # The same losses with the step axis in tokens (MLflow's x axis is the step): the curves of
@@ -20,6 +21,7 @@ TRAIN_LOSS_BY_TOKENS = "by_tokens/train_loss"
 # --- summary of a finished run (logged once, at the end) -----------------------------------
 FINAL_VAL_LOSS = "final/val_loss"
 FINAL_VAL_BPB = "final/val_bpb"
+FINAL_VAL_ACCURACY = "final/val_accuracy"
 FINAL_TRAIN_LOSS = "final/train_loss"
 FINAL_TOKENS = "final/tokens"  # D: tokens actually consumed
 FINAL_STEPS = "final/steps"

@@ -1,7 +1,10 @@
-"""One readable decoder-only Transformer; GPT and LLaMA differences are config switches.
+"""One readable Transformer; the families' differences are config switches.
 
   gpt    LayerNorm, fused QKV (+bias), learned positions, GELU MLP, tied head
   llama  RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, untied head
+  bert   gpt's layers without the causal mask (a masked-LM encoder)
+  vit    VisionTransformer: gpt's blocks without a mask over a [CLS] token and the image's
+         patches, a classifier on [CLS] (build_model picks the class from the family)
 
 The shape comes from pipeline.families.ModelConfig; parameter and FLOP counts live in
 pipeline.flops (pure) and are tested against this module.
@@ -218,6 +221,62 @@ class Transformer(nn.Module):
     def _last_logits(self, idx: torch.Tensor) -> torch.Tensor:
         logits, _ = self(idx)
         return logits[:, -1, :].float()
+
+
+class VisionTransformer(nn.Module):
+    """ViT (Dosovitskiy et al. 2021; the transformer guide's example): a strided convolution
+    cuts the image into patch vectors, a learnable [CLS] token goes first, learned position
+    embeddings are added, pre-norm blocks attend over all S = n_patches + 1 positions (no
+    mask), and a linear classifier reads the final [CLS] state. Same blocks and GPT-2 init as
+    Transformer, so N and FLOPs follow pipeline.flops's vit branch."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if not cfg.is_image:
+            raise ValueError(f"VisionTransformer needs an image shape (family vit), got "
+                             f"family {cfg.family!r}")
+        self.cfg = cfg
+        d = cfg.d_model
+        self.patch = nn.Conv2d(cfg.channels, d, kernel_size=cfg.patch_size,
+                               stride=cfg.patch_size)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos_emb = nn.Parameter(torch.zeros(1, cfg.positions, d))
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = make_norm(cfg)
+        self.head = nn.Linear(d, cfg.vocab_size)  # vocab_size: the number of classes
+        self.apply(self._init_weights)
+        for p in (self.cls, self.pos_emb):
+            nn.init.normal_(p, mean=0.0, std=0.02)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        Transformer._init_weights(self, module)  # type: ignore[arg-type]
+        if isinstance(module, nn.Conv2d):  # the patch projection: a linear map of pixels
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, images: torch.Tensor, targets: torch.Tensor | None = None):
+        """images (B, C, H, W) float -> class logits (B, classes), and the mean
+        cross-entropy (nats per image) if targets (B,) are given."""
+        cfg = self.cfg
+        want = (cfg.channels, cfg.image_size, cfg.image_size)
+        if images.dim() != 4 or tuple(images.shape[1:]) != want:
+            raise ValueError(f"expected images of shape (B, {want[0]}, {want[1]}, {want[2]}), "
+                             f"got {tuple(images.shape)}")
+        x = self.patch(images).flatten(2).transpose(1, 2)  # (B, n_patches, d)
+        x = torch.cat([self.cls.expand(len(x), -1, -1).to(x.dtype), x], dim=1)
+        x = self.drop(x + self.pos_emb)
+        for block in self.blocks:
+            x = block(x, None)
+        logits = self.head(self.norm_f(x[:, 0]))
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.float(), targets)
+
+
+def build_model(cfg: ModelConfig) -> nn.Module:
+    """The model of a shape: VisionTransformer for vit, Transformer for the text families."""
+    return VisionTransformer(cfg) if cfg.is_image else Transformer(cfg)
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:

@@ -32,10 +32,12 @@ def sample_text(spec: RunSpec, checkpoint_dir: str | Path, prompt: str, *,
                 max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 50,
                 top_p: float | None = None, seed: int = 0, device: str = "cpu") -> str:
     """The prompt followed by max_new_tokens sampled tokens, decoded to text."""
-    if objective(spec.model.family) != "causal":
-        raise SampleError(f"run {spec.run_id} is of family {spec.model.family!r}, a masked "
-                          "language model: it predicts masked tokens from both sides and does "
-                          "not generate text (sample a gpt or llama run)")
+    kind = objective(spec.model.family)
+    if kind != "causal":
+        what = ("a masked language model: it predicts masked tokens from both sides"
+                if kind == "masked" else "an image classifier")
+        raise SampleError(f"run {spec.run_id} is of family {spec.model.family!r}, {what}, and "
+                          "does not generate text (sample a gpt or llama run)")
     state = checkpoint.load_latest(checkpoint_dir, map_location=device)
     if state is None:
         raise SampleError(f"no usable checkpoint in {checkpoint_dir}")

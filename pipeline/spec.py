@@ -32,7 +32,9 @@ class DataSpec:
 
     corpus: str = "stdlib"
     """"stdlib" | "stdlib+tests" | "site-packages" | a file, directory or glob (optionally prefixed "path:") |
-    "hf:<dataset>[:<split>][:<text_field>]" (split defaults to train, field to text)."""
+    "hf:<dataset>[:<split>][:<text_field>]" (split defaults to train, field to text) |
+    an image corpus for vit: "images:digits", "images:folder:<path>" or
+    "images:hf:<dataset>[:<split>]" (pipeline.vision.images)."""
     tokenizer: str = "bytes"
     """"bytes" (vocab 256) | "chars" (train-split characters + <unk>) | "bpe" (byte-level,
     trained locally on the train split)."""
@@ -43,6 +45,9 @@ class DataSpec:
     max_bytes: int | None = None
     """Cap on corpus UTF-8 bytes: documents are taken in sorted order while they fit. For
     quick tests, and required in practice for large streamed HF datasets."""
+    image_size: int | None = None
+    """Image corpora ("images:..."): the side every image is resized to, in pixels; None
+    keeps the source's own size (the digits are 8x8). Unused by text corpora."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,9 @@ class RunSpec:
         )
 
 
-_ADDED_LATER = (("train", "sampling", "random"), ("train", "mask_rate", 0.15))
+_ADDED_LATER = (("train", "sampling", "random"), ("train", "mask_rate", 0.15),
+                ("model", "image_size", 0), ("model", "patch_size", 0), ("model", "channels", 0),
+                ("data", "image_size", None))
 """(section, field, value every run had before the field existed)."""
 
 

@@ -27,6 +27,7 @@ from pipeline.data.masking import (
 from pipeline.families import (
     FAMILIES,
     FAMILY_OBJECTIVES,
+    TEXT_FAMILIES,
     ShapeError,
     make_config,
     model_vocab_size,
@@ -81,7 +82,7 @@ def test_every_family_has_an_objective_and_bert_adds_the_mask_token() -> None:
         with_overrides(cfg, causal=True)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
 def test_the_encoder_sees_later_tokens_and_the_decoders_do_not(family: str) -> None:
     cfg = make_config(family, 2, 32, vocab_size=model_vocab_size(family, 256), seq_len=16)
     torch.manual_seed(0)

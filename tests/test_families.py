@@ -12,12 +12,22 @@ import yaml
 
 from pipeline import flops
 from pipeline.config import SweepError, parse_sweep
-from pipeline.families import FAMILIES, FAMILY_BUILDERS, FamilyName, ShapeError, make_config
+from pipeline.families import (
+    FAMILIES,
+    FAMILY_BUILDERS,
+    FAMILY_OBJECTIVES,
+    FamilyName,
+    ShapeError,
+    make_config,
+    objective,
+)
 from pipeline.train.cli import build_parser
 
 
 def _runs_sweep(family: str) -> str:
-    return yaml.safe_dump({"name": "t", "kind": "runs", "family": family,
+    image = ({"shape": {"patch_size": 2}, "data": {"corpus": "images:digits"}}
+             if family in FAMILY_OBJECTIVES and objective(family) == "classify" else {})
+    return yaml.safe_dump({"name": "t", "kind": "runs", "family": family, **image,
                            "runs": [{"n_layer": 1, "d_model": 32, "tokens": 5e5}]})
 
 
@@ -31,14 +41,19 @@ def test_the_names_are_derived_from_the_registry() -> None:
 @pytest.mark.parametrize("family", sorted(FAMILY_BUILDERS))
 def test_every_registered_family_builds_plans_and_trains(family: str) -> None:
     torch = pytest.importorskip("torch")
-    from pipeline.model import Transformer
+    from pipeline.model import build_model
 
-    cfg = make_config(family, 2, 32, vocab_size=256, seq_len=16, head_dim=8)
+    image = objective(family) == "classify"
+    cfg = make_config(family, 2, 32, vocab_size=10 if image else 256, seq_len=16, head_dim=8,
+                      **({"image_size": 8, "patch_size": 2, "channels": 1} if image else {}))
     assert cfg.family == family
-    model = Transformer(cfg)
+    model = build_model(cfg)
     assert sum(p.numel() for p in model.parameters()) == flops.params_total(cfg)
-    tokens = torch.zeros(1, 16, dtype=torch.long)
-    out = model(tokens, tokens)  # (logits, loss) with targets
+    if image:
+        x, y = torch.zeros(1, 1, 8, 8), torch.zeros(1, dtype=torch.long)
+    else:
+        x = y = torch.zeros(1, 16, dtype=torch.long)
+    out = model(x, y)  # (logits, loss) with targets
     assert torch.isfinite(out[1])
     assert parse_sweep(_runs_sweep(family)).family == family
     assert build_parser().parse_args(["--family", family]).family == family

@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from pipeline.families import (
-    FAMILIES,
+    TEXT_FAMILIES,
     ModelConfig,
     ShapeError,
     ShapeRule,
@@ -65,7 +65,7 @@ def configs(draw: st.DrawFn, mix_switches: bool = True) -> ModelConfig:
     With mix_switches, norm / pos / mlp are also drawn independently of the family: the
     model and the accounting must both follow the config fields, not the family name.
     """
-    family = draw(st.sampled_from(FAMILIES))
+    family = draw(st.sampled_from(TEXT_FAMILIES))
     n_heads = draw(st.integers(1, 4))
     n_kv_heads = draw(st.sampled_from([k for k in range(1, n_heads + 1) if n_heads % k == 0]))
     head_dim = draw(st.sampled_from([2, 4, 6, 8]))
@@ -220,7 +220,7 @@ def test_matmul_flops_match_flop_counter(cfg: ModelConfig, batch: int, data: st.
 
 def test_flop_counter_every_family_at_full_length() -> None:
     """Each family's default at seq_len (bert: the full T x T the encoder really attends)."""
-    for family in FAMILIES:
+    for family in TEXT_FAMILIES:
         cfg = shape_for_depth(family, 2, ShapeRule(), vocab_size=256, seq_len=64)
         forward, backward = _count_flops(Transformer(cfg), torch.zeros(2, 64, dtype=torch.long))
         f = forward_flops_per_sequence(cfg)
@@ -383,7 +383,7 @@ def _counts(family: str, convention: str) -> list[int]:
     ]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
 @pytest.mark.parametrize("convention", ["total", "non_embedding"])
 def test_nearest_shape_hits_each_depth_and_splits_at_the_geometric_mean(
     family: str, convention: str
@@ -405,7 +405,7 @@ def test_nearest_shape_hits_each_depth_and_splits_at_the_geometric_mean(
     assert depth_for(counts[0] / 2) == 1  # 2x below depth 1 is still accepted
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
 def test_nearest_shape_errors_outside_the_rule(family: str) -> None:
     counts = _counts(family, "total")
     kw = {"vocab_size": 256, "seq_len": 64}

@@ -18,7 +18,7 @@ import torch
 
 from pipeline import checkpoint, keys
 from pipeline.data import CACHE_ENV, TokenData, load_data
-from pipeline.families import FAMILIES, make_config, model_vocab_size
+from pipeline.families import TEXT_FAMILIES, make_config, model_vocab_size
 from pipeline.flops import flops_per_token, params_non_embedding, params_total
 from pipeline.model import Transformer
 from pipeline.recipe import lr_at
@@ -122,7 +122,7 @@ def test_trainer_applies_the_schedule(data: TokenData) -> None:
 # --- optimizer -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
 def test_weight_decay_only_on_matrices(family: str) -> None:
     spec = make_spec(family, weight_decay=0.1)
     model = Transformer(spec.model)
@@ -191,7 +191,7 @@ def test_a_model_without_a_truth_value_trains(data: TokenData,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import pipeline.train as train_module
 
-    monkeypatch.setattr(train_module, "Transformer", _NoTruthValue)
+    monkeypatch.setattr(train_module, "build_model", _NoTruthValue)
     result = train(make_spec(steps=4, evals_per_run=1), NullTracker(), data=data)
     assert result.status == keys.STATUS_FINISHED and result.steps == 4
 
@@ -217,7 +217,7 @@ def interrupt_at(k: int):
     return hook
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
 def test_interrupted_and_resumed_run_equals_an_uninterrupted_one(
     family: str, data: TokenData, tmp_path: Path
 ) -> None:
@@ -313,7 +313,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(
 # --- divergence ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TEXT_FAMILIES)
 def test_huge_learning_rate_diverges_without_crashing(family: str, data: TokenData) -> None:
     spec = make_spec(family, steps=60, lr=1e6, log_interval=10)
     tracker = NullTracker()
@@ -347,7 +347,7 @@ def nan_at_step(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
                 self.train_calls += 1
             return logits, loss
 
-    monkeypatch.setattr("pipeline.train.Transformer", NaNModel)
+    monkeypatch.setattr("pipeline.train.build_model", NaNModel)
     yield bad_step
 
 

@@ -93,7 +93,7 @@ def noise_section(result: Analysis) -> list[Block]:
         split = result.noise_split
         ratios = split.n_over_n_opt if split is not None else (float("nan"),) * noise.n_groups
         blocks.append(Table(
-            ("N", "D (tokens)", "budget", "N / N_opt", "seeds", "mean loss", "std over seeds"),
+            ("N", f"D ({result.fitted_runs.data_unit})", "budget", "N / N_opt", "seeds", "mean loss", "std over seeds"),
             tuple((fmt(g.N), fmt(g.D), fmt(g.budget), fmt(r), ", ".join(map(str, g.seeds)),
                    f"{g.mean_loss:.4f}", fmt(g.std_loss))
                   for g, r in zip(noise.groups[:MAX_GROUP_ROWS], ratios, strict=False)),
@@ -124,7 +124,7 @@ def noise_section(result: Analysis) -> list[Block]:
             f"Noise propagation: Approach 2 refitted on {prop.n_resamples} simulated re-runs "
             f"(every fitted point plus Gaussian noise of σ/sqrt(seeds averaged); "
             f"{prop.n_failed} could not be fitted) gives a {fmt_interval(prop.interval('a'))}, "
-            f"b {fmt_interval(prop.interval('b'))}, tokens per parameter "
+            f"b {fmt_interval(prop.interval('b'))}, {result.fitted_runs.data_unit} per parameter "
             f"{fmt_interval(prop.interval('tokens_per_param'))}: the share of the "
             f"uncertainty of a that another seed for every run would bring{boot}, which also "
             "counts which sizes were trained. It ignores the parabolas' misfit (the ratios "
@@ -161,7 +161,7 @@ def holdout_section(result: Analysis) -> list[Block]:
                      "—" if a3 is None else fmt(abs(a3) < check.target),
                      fmt(r.frontier), _pct(fr), fmt(r.n_over_n_opt)))
     blocks.append(Table(
-        ("run", "N", "D (tokens)", "C (FLOPs)", "observed loss",
+        ("run", "N", f"D ({result.fitted_runs.data_unit})", "C (FLOPs)", "observed loss",
          "Approach 3 L̂ [95% interval]", "error", f"|error| < {check.target:.0%}",
          "frontier L*(C)", "error", "N / N_opt"), tuple(rows),
         (False, True, True, True, True, True, True, False, True, True, True)))
@@ -195,12 +195,12 @@ def _refit_cells(est: Estimate | Skipped) -> tuple[str, str]:
             _with_ci(est.point["tokens_per_param"], est.ci95("tokens_per_param")))
 
 
-def _spread_words(table: ConventionTable, name: str) -> str | None:
+def _spread_words(table: ConventionTable, name: str, unit: str) -> str | None:
     a, tpp = table.spread(name, "a"), table.spread(name, "tokens_per_param")
     if a is None or tpp is None:
         return None
     return (f"Approach {name}: a ranges over {fmt(a[0])}–{fmt(a[1])} (Δa = "
-            f"{fmt(a[1] - a[0])}) and tokens per parameter over {fmt(tpp[0])}–{fmt(tpp[1])} "
+            f"{fmt(a[1] - a[0])}) and {unit} per parameter over {fmt(tpp[0])}–{fmt(tpp[1])} "
             f"(a factor {fmt(tpp[1] / tpp[0])})")
 
 
@@ -214,10 +214,12 @@ def conventions_section(result: Analysis) -> list[Block]:
     for r in table.rows:
         rows.append((r.label, fmt(r.reference_flops), *_refit_cells(r.approach2),
                      *_refit_cells(r.approach3)))
-    blocks.append(Table(("convention", "reference C", "Approach 2 a", "Approach 2 tokens/param",
-                         "Approach 3 a", "Approach 3 tokens/param"), tuple(rows),
+    unit = result.fitted_runs.data_unit
+    blocks.append(Table(("convention", "reference C", "Approach 2 a", f"Approach 2 {unit}/param",
+                         "Approach 3 a", f"Approach 3 {unit}/param"), tuple(rows),
                         (False, True, False, False, False, False)))
-    spreads = [w for w in (_spread_words(table, "3"), _spread_words(table, "2")) if w]
+    spreads = [w for w in (_spread_words(table, "3", unit), _spread_words(table, "2", unit))
+               if w]
     moves = ("; ".join(spreads) + "." if spreads else
              "No approach could be refitted under two conventions.")
     boot = (f"{table.n_resamples} bootstrap resamples each" if table.n_resamples
@@ -256,7 +258,7 @@ def schedules_section(result: Analysis) -> list[Block]:
              f" z = difference / (σ·sqrt(1/n_cosine + 1/n_wsd)), σ = {fmt(comp.sigma)}: "
              "|z| below about 2 is a difference the seeds alone could make.")
     return [Heading("WSD branches vs cosine runs"),
-            Table(("shape", "N", "D (tokens)", "cosine loss (runs)", "WSD loss (runs)",
+            Table(("shape", "N", f"D ({result.fitted_runs.data_unit})", "cosine loss (runs)", "WSD loss (runs)",
                    "WSD − cosine", "relative", "z", "branched"), tuple(rows),
                   (False, True, True, True, True, True, True, True, False)),
             Paragraph(f"Cells trained with both schedules (seeds of a schedule averaged). "

@@ -48,7 +48,7 @@ def kaplan_figure(ctx: Context) -> Figure:
     if fit.l_of_n is not None:
         panels.append(("L(N)", n_k, fit.l_of_n, n_name, "N"))
     if fit.l_of_d is not None:
-        panels.append(("L(D)", ctx.runs.column("D"), fit.l_of_d, "training tokens D", "D"))
+        panels.append(("L(D)", ctx.runs.column("D"), fit.l_of_d, f"training {ctx.runs.data_unit} D", "D"))
     env = None
     if fit.l_of_c is not None:
         try:
@@ -118,7 +118,7 @@ def approach3_figure(ctx: Context) -> Figure:
     ax.set_xlim(ng[0], ng[-1])
     ax.set_ylim(dg[0], dg[-1])
     ax.set_xlabel(ctx.n_label)
-    ax.set_ylabel("training tokens D")
+    ax.set_ylabel(f"training {ctx.runs.data_unit} D")
     ax.set_title(r"$L = E + A/N^{\alpha} + B/D^{\beta}$: iso-loss contours")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False,
               fontsize="small")

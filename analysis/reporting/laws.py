@@ -83,7 +83,7 @@ def headline_line(result: Analysis) -> str | None:
             f"; against the documented exponents: {position(est.ci95('a'), est.point['a'])}")
     return (f"**Headline allocation** ({name}: {law.what}; {status}: {law.reason()}): "
             f"a = {_vci(est, 'a')}, b = {_vci(est, 'b')}, "
-            f"{_vci(est, 'tokens_per_param')} tokens per parameter at "
+            f"{_vci(est, 'tokens_per_param')} {result.fitted_runs.data_unit} per parameter at "
             f"C = {fmt(result.reference_flops)}{then}. Rule: {verdict.rule}.")
 
 
@@ -119,9 +119,11 @@ def laws_section(result: Analysis) -> list[Block]:
                      _vci(est, "tokens_per_param"),
                      judged_position(result, name, est) if "a" in est.point else ""))
     blocks.append(Paragraph(
-        "Every approach on the same C (95% bootstrap intervals; tokens per parameter at "
+        f"Every approach on the same C (95% bootstrap intervals; "
+        f"{result.fitted_runs.data_unit} per parameter at "
         f"C = {fmt(result.reference_flops)}). The quadratic surface is model-free: a check "
         "on the laws, never extrapolated and never the headline."))
-    blocks.append(Table(("approach", "what", "a", "b", "tokens per parameter", "verdict"),
+    blocks.append(Table(("approach", "what", "a", "b",
+                         f"{result.fitted_runs.data_unit} per parameter", "verdict"),
                         tuple(rows)))
     return blocks

@@ -108,12 +108,13 @@ def summary_lines(result: Analysis) -> list[str]:
 
 def _fit_lines(result: Analysis) -> list[str]:
     fits = fitted(result)
+    unit = result.fitted_runs.data_unit
     if not fits:
         reasons = "; ".join(f"Approach {k}: {v.reason}" for k, v in
                             (("3", result.approach3), ("2", result.approach2),
                              ("1", result.approach1)) if isinstance(v, Skipped))
         return [f"**Compute-optimal exponents**: none: every approach was skipped ({reasons}).",
-                "**Tokens per parameter**: not available.",
+                f"**{unit.capitalize()} per parameter**: not available.",
                 "**Verdict**: no compute-optimal fit, so no comparison with Chinchilla or "
                 "Kaplan."]
     exps = "; ".join(f"Approach {name} ({KIND[name]}{_few_resamples(est)}): "
@@ -126,7 +127,10 @@ def _fit_lines(result: Analysis) -> list[str]:
     tpp_iv = est.ci95("tokens_per_param")
     tpp = est.point["tokens_per_param"]
     if tpp_iv is None:
-        tok = f"{fmt(tpp)} tokens per parameter (no interval)"
+        tok = f"{fmt(tpp)} {unit} per parameter (no interval)"
+    elif unit != "tokens":
+        tok = (f"Chinchilla's ≈ 20 tokens per parameter is not compared with "
+               f"{unit} per parameter")
     else:
         where = "inside" if tpp_iv.contains(CHINCHILLA_TOKENS) else "outside"
         tok = f"Chinchilla's ≈ 20 tokens per parameter is {where} our {fmt_interval(tpp_iv)}"
@@ -134,7 +138,7 @@ def _fit_lines(result: Analysis) -> list[str]:
                  if result.n_resamples else "no bootstrap, so no intervals")
     return [
         f"**Compute-optimal exponents** (N_opt ∝ C^a, D_opt ∝ C^b; {intervals}): {exps}.",
-        f"**Tokens per parameter** at the largest compute of the runs "
+        f"**{unit.capitalize()} per parameter** at the largest compute of the runs "
         f"(C = {fmt(result.reference_flops)} FLOPs): {tokens}.",
         f"**Verdict** against Chinchilla (a ≈ 0.5, ≈ 20 tokens per parameter) and Kaplan "
         f"(N_opt ∝ C^0.73): {verdict}. {tok} (Approach {name}; Chinchilla's ≈ 20 holds near "
@@ -236,7 +240,8 @@ def allocation_section(result: Analysis, ri: ReportInput) -> list[Block]:
                      value_ci(est, "n_opt"), value_ci(est, "d_opt"),
                      value_ci(est, "tokens_per_param"), _bootstrap_note(est)))
     blocks.append(Table(("approach", "a", "b", f"N_opt at C = {fmt(result.reference_flops)}",
-                         "D_opt", "tokens per parameter", "bootstrap"), tuple(rows)))
+                         "D_opt", f"{result.fitted_runs.data_unit} per parameter", "bootstrap"),
+                        tuple(rows)))
     blocks += agreement_blocks(result)
     heavy = [name for name, est in fitted(result) if est.bootstrap is not None
              and est.bootstrap.n_failed > 0.1 * est.bootstrap.n_resamples]
@@ -394,7 +399,7 @@ def runs_section(ri: ReportInput, fitted_schedule: str = "") -> list[Block]:
         Heading("Runs"),
         Paragraph(f"{len(ri.runs)} runs used, {len(ri.runs.excluded)} excluded "
                   "(all columns in `runs.csv`)."),
-        Table(("run", "shape (layers, width, heads)", "N", "D (tokens)", "C (FLOPs)",
+        Table(("run", "shape (layers, width, heads)", "N", f"D ({ri.runs.data_unit})", "C (FLOPs)",
                "budget", "final loss", "status"), tuple(rows),
               (False, False, True, True, True, True, True, False)),
     ]

@@ -136,9 +136,22 @@ class RunsTable:
         return FAMILY_OBJECTIVES.get(family or "", "causal") == "masked"
 
     @property
+    def images(self) -> bool:
+        """Whether the runs are of an image family (vit): D counts images, not tokens."""
+        family = self.family()
+        return FAMILY_OBJECTIVES.get(family or "", "causal") == "classify"
+
+    @property
     def loss_unit(self) -> str:
-        """The unit of the final loss: nats per token, or per masked token (bert)."""
+        """The unit of the final loss: nats per token, per masked token (bert) or per image."""
+        if self.images:
+            return "nats/image"
         return "nats/masked token" if self.masked else "nats/token"
+
+    @property
+    def data_unit(self) -> str:
+        """What D counts: "tokens", or "images" (vit; docs/families.md)."""
+        return "images" if self.images else "tokens"
 
 
 def runs_from_arrays(

@@ -58,6 +58,7 @@ from pipeline.config.sections import (
 )
 from pipeline.config.yaml_reader import _Loader, _read_yaml
 from pipeline.spec import STDLIB_CORPORA
+from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
 
 __all__ = [
     "MAX_COUNT", "MAX_D_MODEL", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_RUNS", "VARIANT_EXCLUDED",
@@ -120,6 +121,14 @@ def resolve_corpus(corpus: str, sweep_path: Path) -> str:
     """
     if corpus in STDLIB_CORPORA or corpus.startswith("hf:"):
         return corpus
+    if is_image_corpus(corpus):  # only a folder of images is a path (relative to the file)
+        source = parse_image_source(corpus)
+        if source.kind != "folder":
+            return corpus
+        folder = Path(os.path.expanduser(source.location))
+        if not folder.is_absolute():
+            folder = sweep_path.parent / folder
+        return f"{IMAGE_PREFIX}folder:{folder.resolve()}"
     local = Path(os.path.expanduser(corpus.removeprefix("path:")))
     if not local.is_absolute():
         local = sweep_path.parent / local
@@ -130,6 +139,13 @@ def _check_corpus(cfg: SweepConfig, path: Path) -> None:
     """A local corpus must exist and hold files (as pipeline.data will require later)."""
     corpus = cfg.data.corpus
     if corpus in STDLIB_CORPORA or corpus.startswith("hf:"):
+        return
+    if is_image_corpus(corpus):
+        resolved = resolve_corpus(corpus, path)
+        folder = resolved.removeprefix(f"{IMAGE_PREFIX}folder:")
+        if folder != resolved and not Path(folder).is_dir():
+            raise SweepError(f"{path}: data.corpus: image folder does not exist (got "
+                             f"{corpus!r}; looked for {folder})")
         return
     resolved = resolve_corpus(corpus, path)
     if any(ch in resolved for ch in "*?["):

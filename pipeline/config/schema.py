@@ -27,6 +27,7 @@ from pipeline.config.sections import (
 )
 from pipeline.families import FamilyName, objective
 from pipeline.flops import CONVENTIONS
+from pipeline.vision.sources import declared_geometry, is_image_corpus
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 _SECTIONS = ("isoflop", "grid", "runs")
@@ -67,6 +68,7 @@ class SweepConfig(Strict):
             problems += [((("shape",) + loc), msg, v) for loc, msg, v in
                          _unused(self.shape, ("gqa_ratio", "ffn_multiple"),
                                  f"by family {self.family!r}")]
+        problems += self._image_problems()
         if objective(self.family) != "masked":
             problems += [((("train",) + loc), msg, v) for loc, msg, v in
                          _unused(self.train, ("mask_rate",), f"by family {self.family!r} (it "
@@ -89,6 +91,44 @@ class SweepConfig(Strict):
                              _NO_VALUE))
         _raise_if(problems)
         return self
+
+    def _image_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
+        """vit reads an image corpus with a patch size that divides its images; the text
+        families read text and take no image settings."""
+        d, out = self.data, []
+        if objective(self.family) != "classify":
+            if is_image_corpus(d.corpus):
+                out.append((("data", "corpus"), f"is an image corpus; family {self.family!r} "
+                            "reads text (images are for family 'vit')", d.corpus))
+            out += [(("data",) + loc, msg, v) for loc, msg, v in
+                    _unused(d, ("image_size",), f"by family {self.family!r}")]
+            out += [(("shape",) + loc, msg, v) for loc, msg, v in
+                    _unused(self.shape, ("patch_size",), f"by family {self.family!r}")]
+            return out
+        if not is_image_corpus(d.corpus):
+            return [(("data", "corpus"), "family 'vit' needs an image corpus: images:digits, "
+                     "images:folder:<path> or images:hf:<dataset>[:<split>]", d.corpus)]
+        out += [(("data",) + loc, msg, v) for loc, msg, v in _unused(
+            d, ("tokenizer", "bpe_vocab_size", "seq_len", "max_bytes"),
+            "by family 'vit' (images, not text)")]
+        if d.corpus == "images:digits" and d.image_size is not None:
+            out.append((("data", "image_size"), "is not used with images:digits (8x8 images, "
+                        "not resized); remove it", d.image_size))
+        geometry = declared_geometry(d.corpus, d.image_size)
+        if geometry is None:
+            out.append((("data", "image_size"), "is required with a folder or Hugging Face "
+                        "image corpus (every image is resized to it)", _NO_VALUE))
+        if self.resources.workers_per_run > 1:
+            out.append((("resources", "workers_per_run"), "must be 1 with family 'vit' "
+                        "(data-parallel image runs are not supported yet)",
+                        self.resources.workers_per_run))
+        patch = self.shape.patch_size
+        if patch is None:
+            out.append((("shape", "patch_size"), "is required by family 'vit'", _NO_VALUE))
+        elif geometry is not None and geometry[0] % patch:
+            out.append((("shape", "patch_size"), f"does not divide the image side "
+                        f"{geometry[0]} pixels", patch))
+        return out
 
     def _micro_batch_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
         """workers_per_run must divide every batch the sweep can use, and a fixed

@@ -24,6 +24,7 @@ from pipeline.config.base import (
 )
 from pipeline.recipe import ScalingRecipe
 from pipeline.spec import DataSpec, TrainSpec
+from pipeline.vision.sources import IMAGE_PREFIX, image_source_problem
 
 
 class ShapeSection(Strict):
@@ -45,6 +46,9 @@ class ShapeSection(Strict):
     steps N ~1.5x at a time instead of ~2.5x at CPU scale."""
     max_width: Annotated[int, Field(ge=1, le=MAX_D_MODEL)] = 512
     """Largest width (in head_dim units) the width knob may produce."""
+    patch_size: PosInt | None = None
+    """vit only (required there): the side of a square patch in pixels; it must divide the
+    image side (data.image_size, or the source's own: 8 for images:digits)."""
 
     @model_validator(mode="after")
     def _even_head_dim(self) -> ShapeSection:
@@ -77,6 +81,10 @@ class DataSection(Strict):
     """Fraction of documents held out for validation."""
     max_bytes: PosInt | None = _DATA_DEFAULTS.max_bytes
     """Optional cap on the corpus size in bytes (for quick trials)."""
+    image_size: PosInt | None = _DATA_DEFAULTS.image_size
+    """Image corpora (vit): resize every image to this side in pixels; required for
+    images:folder: and images:hf: sources, which are converted to RGB; images:digits is 8x8
+    grey and is not resized."""
     max_epochs: Annotated[float, Field(gt=0, le=1e6)] = 1.0
     """The sweep refuses (before training) any run whose D exceeds this many passes over the
     train split: repeated tokens lower the value of data (Muennighoff et al. 2023) and bias a
@@ -95,6 +103,8 @@ class DataSection(Strict):
             problems.append((("corpus",), "contains a control character", c))
         elif c.startswith("hf:") and not _HF_SPEC.fullmatch(c):
             problems.append((("corpus",), "expected hf:<dataset>[:<split>][:<text_field>]", c))
+        elif c.startswith(IMAGE_PREFIX) and (why := image_source_problem(c)):
+            problems.append((("corpus",), why, c))
         if self.tokenizer != "bpe":
             problems += _unused(self, ("bpe_vocab_size",), f"with tokenizer {self.tokenizer!r}")
         _raise_if(problems)

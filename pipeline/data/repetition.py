@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pipeline.families import data_unit
 from pipeline.spec import RunSpec
 
 _LISTED = 8  # offending runs named in full; the rest are counted
@@ -22,14 +23,15 @@ def repetition_problem(specs: Sequence[RunSpec], train_tokens: int, max_epochs: 
     over = [s for s in specs if s.tokens > limit]
     if not over:
         return ""
+    unit = data_unit(specs[0].model.family)
     lines = [f"  {s.run_id} ({s.model.family} L{s.model.n_layer} d{s.model.d_model}"
              + (f", budget {s.budget:.3g}" if s.budget else "") + f"): D = {s.tokens:,} "
-             f"tokens = {s.tokens / train_tokens:.2f} epochs" for s in over[:_LISTED]]
+             f"{unit} = {s.tokens / train_tokens:.2f} epochs" for s in over[:_LISTED]]
     if len(over) > _LISTED:
         lines.append(f"  ... and {len(over) - _LISTED} more")
     corpus = specs[0].data.corpus
     return (f"{where}: {len(over)} run(s) would train past data.max_epochs = {max_epochs:g} "
-            f"passes over the train split of corpus {corpus!r} ({train_tokens:,} tokens):\n"
+            f"passes over the train split of corpus {corpus!r} ({train_tokens:,} {unit}):\n"
             + "\n".join(lines)
             + "\nRaise data.max_epochs in the sweep file to allow repeated data explicitly, "
               "use a larger corpus, or plan smaller runs (sizes.max_tokens_per_param, budgets)")

@@ -26,6 +26,7 @@ from pipeline.data.settings import (
 from pipeline.data.sources import Source
 from pipeline.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_config
 from pipeline.spec import DataSpec
+from pipeline.vision.sources import is_image_corpus
 
 CACHE_FORMAT = 1
 
@@ -239,5 +240,10 @@ def _tokenizer_path(bin_path: Path) -> Path:
 def load_data(d: DataSpec, cache_dir: str | None = None,
               progress: Progress | None = None) -> TokenData:
     """Tokens of a DataSpec (built once into the on-disk cache, then memory-mapped);
-    ``progress`` gets a line per step of a build (reading, tokenizer, writing)."""
+    ``progress`` gets a line per step of a build (reading, tokenizer, writing). An image
+    corpus ("images:...", family vit) gives its ImageData instead (pipeline.vision.data)."""
+    if is_image_corpus(d.corpus):
+        from pipeline.vision.data import load_images
+
+        return load_images(d)  # type: ignore[return-value]
     return prepare_data(DataConfig(**asdict(d), cache_dir=cache_dir), progress)

@@ -29,6 +29,7 @@ from pipeline.preflight import warn_loopback_uri
 from pipeline.spec import RunSpec, branch_folder
 from pipeline.terminal import chatty, console, say
 from pipeline.terminal.tables import Progress, report_one, trained_flops
+from pipeline.vision.data import ImageData
 
 if TYPE_CHECKING:
     from pipeline.ledger.lease import Holder, Leases
@@ -254,6 +255,7 @@ class _Runner:
         if self.address:
             self.slots = cluster_slots(res.cpus_per_run, res.num_gpus * res.workers_per_run)
             warn_loopback_uri(self.uri)
+        if self.address and not isinstance(self.data, ImageData):  # images load on each node
             # Cluster: the tokens go to the object store once; every node reads them zero-copy.
             meta = {k: getattr(self.data, k) for k in (
                 "vocab_size", "fingerprint", "corpus_fingerprint", "train_bytes", "val_bytes",

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from pipeline import flops
-from pipeline.model import Transformer
+from pipeline.model import build_model
 from pipeline.spec import RunSpec
 from pipeline.train import autocast_for, make_optimizer
 
@@ -69,29 +69,39 @@ def calibrate(specs: list[RunSpec], steps: int = 5, device: str = "cpu") -> Cali
         for spec in picks:
             torch.set_num_threads(spec.exec.threads)
             torch.manual_seed(0)
-            model = Transformer(spec.model).to(dev)
+            model = build_model(spec.model).to(dev)
             opt = make_optimizer(model, spec, dev)
             B, T = spec.train.batch_size, spec.model.seq_len
             micro = spec.exec.micro_batch_size or B
-            x = torch.randint(0, spec.model.vocab_size, (micro, T), device=dev)
+            x, y = _inputs(spec.model, micro, dev)
             for i in range(steps + 2):
                 if i == 2:
                     _sync(dev)
                     t0 = time.perf_counter()
                 for _ in range(B // micro):  # gradient accumulation, as the trainer does
                     with autocast_for(spec, dev):
-                        _, loss = model(x, x)
+                        _, loss = model(x, y)
                     loss.backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             _sync(dev)
             sps.append((time.perf_counter() - t0) / steps)
             fps.append(flops.flops_per_token(spec.model, "exact") * B * T)
-            del model, opt, x
+            del model, opt, x, y
     finally:
         torch.set_num_threads(old_threads)
     order = np.argsort(fps)
     return Calibration([fps[i] for i in order], [sps[i] for i in order])
+
+
+def _inputs(cfg, micro: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random inputs and targets of one pass: token windows, or vit's images and classes."""
+    if cfg.is_image:
+        shape = (micro, cfg.channels, cfg.image_size, cfg.image_size)
+        return (torch.rand(shape, device=dev),
+                torch.randint(0, cfg.vocab_size, (micro,), device=dev))
+    x = torch.randint(0, cfg.vocab_size, (micro, cfg.seq_len), device=dev)
+    return x, x
 
 
 def _sync(device: torch.device) -> None:

@@ -65,7 +65,7 @@ def training_memory(cfg: ModelConfig, micro_batch: int, bf16: bool) -> MemoryEst
     forward/backward pass (the whole batch without gradient accumulation)."""
     p = flops.params_total(cfg)
     act = 2 if bf16 else 4
-    tokens = micro_batch * cfg.seq_len
+    tokens = micro_batch * cfg.positions  # vit: every patch and [CLS] of every image
     low, fp32 = _activation_values_per_token(cfg)
     per_layer = tokens * (low * act + fp32 * 4)
     # + one layer's worth again: the gradients of the layer being back-propagated, alive
@@ -74,7 +74,9 @@ def training_memory(cfg: ModelConfig, micro_batch: int, bf16: bool) -> MemoryEst
     return MemoryEstimate(
         weights=p * (4 + (2 if bf16 else 0)), gradients=4 * p, optimizer=8 * p,
         activations=activations,
-        logits=tokens * cfg.vocab_size * (act + 4 + 4 + 4 + (4 if bf16 else 0)),
+        # vit: one row of class logits per image (the [CLS] position's).
+        logits=(micro_batch if cfg.is_image else tokens) * cfg.vocab_size
+        * (act + 4 + 4 + 4 + (4 if bf16 else 0)),
     )
 
 

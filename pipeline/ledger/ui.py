@@ -113,6 +113,7 @@ def dataset(spec: RunSpec, fingerprint: str, train_tokens: int, val_tokens: int,
         source["bpe_vocab_size"] = d.bpe_vocab_size
     profile = {"train_tokens": train_tokens, "val_tokens": val_tokens,
                "train_bytes": train_bytes, "vocab_size": spec.model.vocab_size}
-    return {"name": f"{d.corpus} ({d.tokenizer})", "digest": fingerprint[:36],
+    name = d.corpus if spec.model.is_image else f"{d.corpus} ({d.tokenizer})"
+    return {"name": name, "digest": fingerprint[:36],
             "source_type": kind, "source": json.dumps(source, sort_keys=True),
             "profile": json.dumps(profile, sort_keys=True)}

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from pipeline import flops, keys
 from pipeline.config import SweepConfig
+from pipeline.families import data_unit
 from pipeline.grid import Plan
 from pipeline.spec import RunSpec
 from pipeline.terminal import console, say
@@ -41,7 +42,8 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
     memory and says how its times were obtained."""
     table = Table(title=f"sweep {cfg.name!r}: {len(plan.specs)} runs ({cfg.kind}, "
                         f"{cfg.family}, C under {cfg.flops_convention!r})")
-    for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb", "tokens D",
+    for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb",
+                f"{data_unit(cfg.family)} D",
                 "D/N", "steps", "FLOPs (exact)", "est. time", "peak mem", "notes"):
         table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
     total_flops = total_time = trained_total = 0.0
@@ -151,8 +153,12 @@ def report_one(spec: RunSpec, out: dict, progress: Progress,
         budget = fmt(spec.budget) if spec.budget else "-"
         progress.best[budget] = min(progress.best.get(budget, math.inf), loss)
         by_budget[budget].append(loss)
-        console.print(f"[green]finished[/] {spec.run_id} {shape}: val loss {loss:.4f} in "
-                      f"{out['wall_s']:.1f}s ({out['tokens_per_s']:,.0f} tok/s, attempt "
+        rate = "images/s" if m.is_image else "tok/s"
+        accuracy = out.get("final_val_accuracy")
+        acc = (f", accuracy {accuracy:.1%}" if isinstance(accuracy, float)
+               and math.isfinite(accuracy) else "")
+        console.print(f"[green]finished[/] {spec.run_id} {shape}: val loss {loss:.4f}{acc} in "
+                      f"{out['wall_s']:.1f}s ({out['tokens_per_s']:,.0f} {rate}, attempt "
                       f"{out.get('attempts', 1)})")
     elif status == keys.STATUS_DIVERGED:
         progress.diverged += 1

@@ -3,7 +3,7 @@
 Imports neither Ray nor MLflow: the tracker object is handed in (pipeline.tracking has the
 MLflow one; NullTracker here records nothing). The recipe:
   1. data: tokens from pipeline.data (memmap), batches a pure function of (seed, step)
-  2. model: pipeline.model.Transformer from the resolved ModelConfig
+  2. model: pipeline.model.build_model (Transformer, or VisionTransformer for vit) from the shape
   3. AdamW, decoupled weight decay on matrices only; global-norm gradient clipping
   4. schedule: linear warmup, then cosine to min_lr_ratio x peak over exactly the planned
      steps (Chinchilla: the cosine length matches D), or warmup-stable-decay
@@ -31,11 +31,12 @@ from pipeline.data import TokenData, load_data  # load_data: re-exported
 from pipeline.data.batches import unique_tokens_seen
 from pipeline.families import model_vocab_size
 from pipeline.ledger import ui
-from pipeline.model import Transformer
+from pipeline.model import build_model
 from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
 from pipeline.train import objective, parallel
 from pipeline.train.parallel import SINGLE, World
+from pipeline.vision.data import images_seen
 
 
 class Tracker(Protocol):
@@ -103,6 +104,7 @@ class RunResult:
     curve: dict[str, list[float]] = field(default_factory=dict)  # step, tokens, val_loss
     train_tokens: int = 0  # unique tokens available: the train split's length
     unique_tokens: int = 0  # distinct train-split tokens the batches covered
+    final_val_accuracy: float = math.nan  # classify (vit): share of val images right
 
 
 def pick_device(name: str) -> torch.device:
@@ -138,13 +140,12 @@ def autocast_for(spec: RunSpec, device: torch.device):
 
 
 @torch.no_grad()
-def evaluate(model: Transformer, batches, spec: RunSpec, device: torch.device) -> float:
-    """Mean validation cross-entropy over the fixed eval batches: nats per token (causal), or
-    per masked token (masked: each batch weighted by its count of masked tokens)."""
+def evaluate(model: torch.nn.Module, batches, spec: RunSpec, device: torch.device) -> float:
+    """Mean validation cross-entropy over the fixed eval batches: nats per token (causal), per
+    masked token (masked) or per image (classify), each batch weighted by its count."""
     model.eval()
     total = torch.zeros((), device=device)
-    weights = ([objective.target_count(y) for _, y in batches] if objective.is_masked(spec)
-               else [1] * len(batches))
+    weights = objective.eval_weights(spec, batches)
     for (x, y), weight in zip(batches, weights, strict=True):
         for xs, ys, share in micro_batches(x, y, spec):
             with autocast_for(spec, device):
@@ -152,6 +153,19 @@ def evaluate(model: Transformer, batches, spec: RunSpec, device: torch.device) -
             total += loss.float() * (share * weight)
     model.train()
     return (total / sum(weights)).item()
+
+
+@torch.no_grad()
+def accuracy(model: torch.nn.Module, batches, spec: RunSpec, device: torch.device) -> float:
+    """classify: the share of validation images whose most likely class is the label."""
+    model.eval()
+    right = torch.zeros((), device=device)
+    for x, y in batches:
+        with autocast_for(spec, device):
+            logits, _ = model(x)
+        right += (logits.argmax(-1) == y).sum()
+    model.train()
+    return right.item() / sum(len(y) for _, y in batches)
 
 
 def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec):
@@ -194,7 +208,7 @@ class _Run:
 
     spec: RunSpec
     tracker: Tracker
-    model: Transformer
+    model: torch.nn.Module
     optimizer: torch.optim.AdamW
     device: torch.device
     evals: list
@@ -203,6 +217,8 @@ class _Run:
     curve: dict[str, list[float]] = field(
         default_factory=lambda: {"step": [], "tokens": [], "val_loss": []})
     last_train_loss: float = math.nan
+    last_accuracy: float = math.nan
+    """classify: the validation accuracy of the latest evaluation."""
     wall_before: float = 0.0
     """Wall seconds of the attempts before this one (from the checkpoint resumed)."""
     data_fingerprint: str = ""
@@ -258,7 +274,10 @@ class _Run:
         self.curve["val_loss"].append(val)
         tokens = step * self.tokens_per_step
         metrics = {keys.VAL_LOSS: val, keys.TOKENS: tokens}
-        if not objective.is_masked(self.spec):  # bits per byte of text predicted in full
+        if objective.is_classify(self.spec):
+            self.last_accuracy = accuracy(self.model, self.evals, self.spec, self.device)
+            metrics[keys.VAL_ACCURACY] = self.last_accuracy
+        elif not objective.is_masked(self.spec):  # bits per byte of text predicted in full
             metrics[keys.VAL_BPB] = val / math.log(2) * (1 / self.bytes_per_token)
         self.tracker.log_metrics(metrics, step)
         self.tracker.log_metrics({keys.VAL_LOSS_BY_TOKENS: val}, tokens)
@@ -315,6 +334,11 @@ def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> To
             f"{data.vocab_size} ({spec.data.tokenizer}) for family {spec.model.family!r} "
             f"(expected {expected})"
         )
+    m = spec.model
+    if m.is_image and (data.image_size, data.channels) != (m.image_size, m.channels):
+        raise ValueError(f"model expects {m.image_size}x{m.image_size} images of {m.channels} "
+                         f"channel(s), the data ({spec.data.corpus}) has "
+                         f"{data.image_size}x{data.image_size} of {data.channels}")
     tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
                       keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
     tracker.log_dataset(ui.dataset(spec, data.fingerprint, len(data.train), len(data.val),
@@ -377,6 +401,7 @@ def _log_summary(tracker: Tracker, result: RunResult) -> None:
     }
     for key, value in ((keys.FINAL_VAL_LOSS, result.final_val_loss),
                        (keys.FINAL_VAL_BPB, result.final_val_bpb),
+                       (keys.FINAL_VAL_ACCURACY, result.final_val_accuracy),
                        (keys.FINAL_TRAIN_LOSS, result.final_train_loss)):
         if math.isfinite(value):
             summary[key] = value
@@ -411,7 +436,7 @@ def train(
     device = pick_device(spec.exec.device)
     data = _checked_data(spec, data, tracker)
     torch.manual_seed(t.seed)
-    model = Transformer(cfg).to(device)
+    model = build_model(cfg).to(device)
     world = parallel.current_world()
     if t.batch_size % world.size:
         raise ValueError(f"batch_size={t.batch_size} does not split over {world.size} workers")
@@ -419,7 +444,8 @@ def train(
     run = _Run(spec, tracker, model, make_optimizer(model, spec, device), device,
                evals=objective.validation_batches(spec, data, t.batch_size, t.eval_batches,
                                                  device),
-               bytes_per_token=data.bytes_per_token("val"), checkpoint_dir=checkpoint_dir,
+               bytes_per_token=(math.nan if cfg.is_image else data.bytes_per_token("val")),
+               checkpoint_dir=checkpoint_dir,
                data_fingerprint=data.fingerprint, world=world, forward=forward)
     tokens_per_step = run.tokens_per_step
     eval_every = t.resolved_eval_interval(spec.steps)
@@ -492,12 +518,16 @@ def _finish(run: _Run, data: TokenData, wall: float, diverged_step: int | None,
         # Checkpoint first: a run resumed from it evaluates once more, not a second time.
         run.save_checkpoint(spec.steps, wall)
         result.final_val_loss = run.record_eval(spec.steps)
-        if not objective.is_masked(spec):
+        if not objective.is_masked(spec) and not spec.model.is_image:
             result.final_val_bpb = result.final_val_loss / math.log(2) / run.bytes_per_token
+        result.final_val_accuracy = run.last_accuracy
     result.curve = run.curve
     result.train_tokens = len(data.train)
-    result.unique_tokens = unique_tokens_seen(
-        len(data.train), spec.train.batch_size, spec.model.seq_len, spec.train.seed, steps_done,
-        spec.train.sampling)
+    if spec.model.is_image:
+        result.unique_tokens = images_seen(len(data.train), spec.train.batch_size, steps_done)
+    else:
+        result.unique_tokens = unique_tokens_seen(
+            len(data.train), spec.train.batch_size, spec.model.seq_len, spec.train.seed,
+            steps_done, spec.train.sampling)
     _log_summary(tracker, result)
     return result

@@ -16,11 +16,14 @@ from pathlib import Path
 from pipeline import flops, keys
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
-from pipeline.families import FAMILIES, make_config, model_vocab_size, objective
+from pipeline.families import FAMILIES, data_unit, make_config, model_vocab_size, objective
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.tracking import Ledger, default_tracking_uri
 from pipeline.trial import execute_trial
+from pipeline.vision.sources import is_image_corpus
 
+IMAGE_VAL_FRACTION = 0.2
+"""Default held-out share of an image corpus (the digits: 359 of 1,797 images)."""
 DESCRIPTION = "Single-run CLI: train one model on the default corpus and log it to MLflow."
 
 
@@ -31,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--head-dim", type=int, default=16)
-    p.add_argument("--tokens", type=float, default=2e6, help="training tokens D (default 2e6)")
+    p.add_argument("--tokens", type=float, default=2e6,
+                   help="training tokens D (default 2e6); for vit, training images")
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
@@ -42,7 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default {DEFAULT_RATE})")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--corpus", default="stdlib")
+    p.add_argument("--corpus", default=None,
+                   help="default: stdlib (text families), images:digits (vit)")
+    p.add_argument("--val-fraction", type=float, default=None,
+                   help=f"held-out share (default {DataSpec().val_fraction} for text, "
+                        f"{IMAGE_VAL_FRACTION} for images)")
+    p.add_argument("--patch-size", type=int, default=None,
+                   help="vit (required): patch side in pixels, dividing the image side")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="vit with a folder or Hugging Face corpus: resize images to this side")
     p.add_argument("--tokenizer", default="bytes", choices=["bytes", "chars", "bpe"])
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
@@ -57,12 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     """The run the options describe (builds the token cache once; the trial reloads it)."""
     mask_rate = _mask_rate(args)
-    data_spec = DataSpec(corpus=args.corpus, tokenizer=args.tokenizer)
+    data_spec = _data_spec(args)
     data = load_data(data_spec)
+    image = {}
+    if objective(args.family) == "classify":
+        image = {"image_size": data.image_size, "channels": data.channels,
+                 "patch_size": args.patch_size}
     cfg = make_config(args.family, args.n_layer, args.d_model,
                       vocab_size=model_vocab_size(args.family, data.vocab_size),
-                      seq_len=args.seq_len, head_dim=args.head_dim)
-    steps = max(1, round(args.tokens / (args.batch_size * args.seq_len)))
+                      seq_len=args.seq_len, head_dim=args.head_dim, **image)
+    steps = max(1, round(args.tokens / (args.batch_size * cfg.seq_len)))
     warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
     return RunSpec(
         sweep=args.experiment, model=cfg, data=data_spec,
@@ -73,6 +89,25 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
         exec=ExecSpec(threads=args.threads, device=args.device,
                       checkpoint_interval=args.checkpoint_interval),
     )
+
+
+def _data_spec(args: argparse.Namespace) -> DataSpec:
+    """The data options, checked against the family: vit reads images, the others text."""
+    images = objective(args.family) == "classify"
+    corpus = args.corpus or ("images:digits" if images else DataSpec().corpus)
+    if images != is_image_corpus(corpus):
+        raise ValueError(f"--corpus {corpus!r}: family {args.family!r} reads "
+                         f"{'an image corpus (images:...)' if images else 'text'}")
+    if images and args.patch_size is None:
+        raise ValueError("--patch-size is required by family 'vit'")
+    if not images and (args.patch_size is not None or args.image_size is not None):
+        raise ValueError(f"--patch-size and --image-size are for family 'vit', not "
+                         f"{args.family!r}")
+    fraction = args.val_fraction or (IMAGE_VAL_FRACTION if images else DataSpec().val_fraction)
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {fraction}")
+    return DataSpec(corpus=corpus, tokenizer=args.tokenizer, val_fraction=fraction,
+                    image_size=args.image_size)
 
 
 def _mask_rate(args: argparse.Namespace) -> float:
@@ -105,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     record = existing or ledger.create_trial(spec, parent_run_id=None)
     print(f"run {spec.run_id}: {cfg.family} n_layer={cfg.n_layer} d_model={cfg.d_model} "
           f"N={flops.params_total(cfg):,} (non-emb {flops.params_non_embedding(cfg):,}) "
-          f"D={spec.tokens:,} tokens in {steps} steps; tracking at {uri}")
+          f"D={spec.tokens:,} {data_unit(cfg.family)} in {steps} steps; tracking at {uri}")
     ckpt = str(Path(args.checkpoint_dir).resolve() / args.experiment / spec.run_id)
     if not args.resume and Path(ckpt).exists():
         print(f"--no-resume: removing the run's checkpoints in {ckpt}; training from scratch")

@@ -1,16 +1,19 @@
 """The batches and loss weights of a family's objective (pipeline.families.FAMILY_OBJECTIVES).
 
-causal  (x, y): windows and the same windows shifted by one token; every position a target.
-masked  (inputs, targets): windows with BERT's masking (pipeline.data.masking); targets are
-        the original ids at the chosen positions and IGNORE elsewhere.
+causal    (x, y): windows and the same windows shifted by one token; every position a target.
+masked    (inputs, targets): windows with BERT's masking (pipeline.data.masking); targets are
+          the original ids at the chosen positions and IGNORE elsewhere.
+classify  (images, labels): vit's images and classes (pipeline.vision.data); validation is
+          the whole val split, the same images for every run.
 
-Both are pure functions of (seed, step) (training) or of the split alone (validation), so
+All are pure functions of (seed, step) (training) or of the split alone (validation), so
 resumed runs see the same batches and every run is scored on the same positions.
 
 Loss weights: the model's loss is a mean over a batch's targets. A causal batch has
 batch_size * seq_len of them in every pass, so a pass's share is its rows / batch; a masked
 batch has a varying count, so a pass (or a validation batch) is weighted by its own count:
-the weighted mean is the mean over all masked tokens, nats per masked token.
+the weighted mean is the mean over all masked tokens, nats per masked token. A classify
+validation batch is weighted by its images (the last one may be smaller): nats per image.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pipeline.data.batches import _to_device
 from pipeline.data.masking import IGNORE, eval_rng, mask_windows, train_rng
 from pipeline.families import objective
 from pipeline.spec import RunSpec
+from pipeline.vision.data import image_batch, val_batches
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -30,9 +34,15 @@ def is_masked(spec: RunSpec) -> bool:
     return objective(spec.model.family) == "masked"
 
 
+def is_classify(spec: RunSpec) -> bool:
+    return objective(spec.model.family) == "classify"
+
+
 def train_batch(spec: RunSpec, data: TokenData, step: int, device: torch.device) -> Batch:
     """The global batch of optimizer step `step`."""
     t = spec.train
+    if is_classify(spec):
+        return image_batch(data, t.batch_size, t.seed, step, device)  # type: ignore[arg-type]
     if not is_masked(spec):
         return get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step,
                          device=device, sampling=t.sampling)
@@ -46,6 +56,8 @@ def validation_batches(spec: RunSpec, data: TokenData, batch_size: int, n_batche
                        device: torch.device) -> list[Batch]:
     """The fixed validation batches (masked the same way for every run of a masked family)."""
     T = spec.model.seq_len
+    if is_classify(spec):
+        return val_batches(data, batch_size, device)  # type: ignore[arg-type]
     if not is_masked(spec):
         return eval_batches(data.val, batch_size, T, n_batches, device=device)
     out, rate, mask_id = [], spec.train.mask_rate, data.vocab_size
@@ -62,3 +74,13 @@ def validation_batches(spec: RunSpec, data: TokenData, batch_size: int, n_batche
 def target_count(y: torch.Tensor) -> int:
     """Positions of y that carry a loss."""
     return int((y != IGNORE).sum())
+
+
+def eval_weights(spec: RunSpec, batches: list[Batch]) -> list[int]:
+    """Each validation batch's weight in the mean loss: its masked tokens (masked), its
+    images (classify), 1 (causal: equal batches)."""
+    if is_masked(spec):
+        return [target_count(y) for _, y in batches]
+    if is_classify(spec):
+        return [len(y) for _, y in batches]
+    return [1] * len(batches)

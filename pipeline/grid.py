@@ -166,10 +166,12 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
     N* fill in, so a budget always gets `count` sizes (or as many as the ladder has).
     """
     assert sizes.count is not None
-    guess = math.sqrt(budget / (6 * sizes.tokens_per_param))
     ladder = _allowed_rungs(cfg, sizes, _ladder(cfg, rule, vocab), budget, skipped)
     if not ladder:
         return []
+    # vit: a unit of data (an image) is `positions` tokens, C = 6 N S D  =>  N* = sqrt(C/(6 S k)).
+    per_unit = ladder[0].positions if ladder[0].is_image else 1
+    guess = math.sqrt(budget / (6 * per_unit * sizes.tokens_per_param))
     logs = [math.log(flops.params_total(m)) for m in ladder]
     half = math.log(sizes.span) / 2
     chosen: set[int] = set()

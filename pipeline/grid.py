@@ -79,12 +79,10 @@ def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
 
 
 def _rule(cfg: SweepConfig) -> ShapeRule:
-    s = cfg.shape
-    image: dict[str, int] = {}
+    s, image = cfg.shape, {}
     if is_image_corpus(cfg.data.corpus):  # the schema made sure the geometry is declared
-        geometry = declared_geometry(cfg.data.corpus, cfg.data.image_size)
-        assert geometry is not None and s.patch_size is not None
-        image = {"image_size": geometry[0], "channels": geometry[1], "patch_size": s.patch_size}
+        side, channels = declared_geometry(cfg.data.corpus, cfg.data.image_size) or (0, 0)
+        image = {"image_size": side, "channels": channels, "patch_size": s.patch_size or 0}
     return ShapeRule(aspect_ratio=s.aspect_ratio, head_dim=s.head_dim, gqa_ratio=s.gqa_ratio,
                      ffn_multiple=s.ffn_multiple, max_depth=s.max_depth, knob=s.knob,
                      max_width=s.max_width, **image)
@@ -489,9 +487,7 @@ def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = 
     already, as the sweep driver has) and, for each held-out run (N, budget) of a ledger, the
     run the held-out section would plan had the fit put the optimum at that N (same recipe and
     seed). A held-out run of an earlier recipe is therefore not in the set."""
-    vocab = vocab_size or vocab_size_for(cfg)
-    if vocab is None:
-        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    vocab = vocab_size or vocab_size_for(cfg)  # the tokenizer's; expand checks it is known
     ids = {s.run_id for s in (plan or expand(cfg, sweep_path, vocab)).specs}
     section = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if section is None:

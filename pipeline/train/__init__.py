@@ -36,6 +36,7 @@ from pipeline.recipe import lr_at
 from pipeline.spec import RunSpec, branch_folder
 from pipeline.train import objective, parallel
 from pipeline.train.parallel import SINGLE, World
+from pipeline.train.passes import accuracy, autocast_for, evaluate, micro_batches
 from pipeline.vision.data import images_seen
 
 
@@ -129,58 +130,6 @@ def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device) 
     # One fused kernel for all parameter updates (CPU and CUDA; CPU needs torch >= 2.4):
     # +8% per step at 20k parameters on CPU, neutral from 500k (BENCHMARKS.md).
     return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=True)
-
-
-def autocast_for(spec: RunSpec, device: torch.device):
-    """bf16 autocast when the recipe asks for it, or for precision auto on a CUDA device."""
-    use_bf16 = spec.train.precision == "bf16" or (
-        spec.train.precision == "auto" and device.type == "cuda"
-    )
-    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, batches, spec: RunSpec, device: torch.device) -> float:
-    """Mean validation cross-entropy over the fixed eval batches: nats per token (causal), per
-    masked token (masked) or per image (classify), each batch weighted by its count."""
-    model.eval()
-    total = torch.zeros((), device=device)
-    weights = objective.eval_weights(spec, batches)
-    for (x, y), weight in zip(batches, weights, strict=True):
-        for xs, ys, share in micro_batches(x, y, spec):
-            with autocast_for(spec, device):
-                _, loss = model(xs, ys)
-            total += loss.float() * (share * weight)
-    model.train()
-    return (total / sum(weights)).item()
-
-
-@torch.no_grad()
-def accuracy(model: torch.nn.Module, batches, spec: RunSpec, device: torch.device) -> float:
-    """classify: the share of validation images whose most likely class is the label."""
-    model.eval()
-    right = torch.zeros((), device=device)
-    for x, y in batches:
-        with autocast_for(spec, device):
-            logits, _ = model(x)
-        right += (logits.argmax(-1) == y).sum()
-    model.train()
-    return right.item() / sum(len(y) for _, y in batches)
-
-
-def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec):
-    """(x, y, share) per forward/backward pass: the whole batch, or exec.micro_batch_size
-    rows at a time with share = rows / batch (causal: equal-length sequences) or the pass's
-    share of the batch's targets (masked), so that the shares' weighted mean of the passes'
-    mean losses is the batch's mean loss."""
-    micro = spec.exec.micro_batch_size or len(x)
-    if micro >= len(x):
-        return [(x, y, 1.0)]
-    passes = list(zip(x.split(micro), y.split(micro), strict=True))
-    if objective.is_masked(spec):
-        counts = [objective.target_count(ys) for _, ys in passes]
-        return [(xs, ys, c / sum(counts)) for (xs, ys), c in zip(passes, counts, strict=True)]
-    return [(xs, ys, len(xs) / len(x)) for xs, ys in passes]
 
 
 def _branch_state(branch_dir: str | Path, spec: RunSpec) -> dict | None:

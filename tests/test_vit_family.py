@@ -252,3 +252,14 @@ def test_the_single_run_cli_refuses_bad_image_settings_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def test_the_analysis_counts_images_and_nats_per_image_for_vit() -> None:
+    from analysis.runs.table import runs_from_arrays
+
+    runs = runs_from_arrays([1e4, 2e4, 4e4], [1e5, 5e4, 2.5e4], [0.3, 0.25, 0.28])
+    assert (runs.data_unit, runs.loss_unit) == ("tokens", "nats/token")
+    for family, units in (("vit", ("images", "nats/image")),
+                          ("bert", ("tokens", "nats/masked token"))):
+        runs.frame["family"] = family
+        assert (runs.data_unit, runs.loss_unit) == units

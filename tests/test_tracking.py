@@ -391,6 +391,48 @@ def test_cli_no_resume_starts_from_scratch(
     assert out["status"] == keys.STATUS_FINISHED
 
 
+@pytest.mark.parametrize(("family", "extra", "final_key"), [
+    ("bert", ["--seq-len", "32", "--mask-rate", "0.2"], keys.FINAL_VAL_LOSS),
+    ("vit", ["--patch-size", "2"], keys.FINAL_VAL_ACCURACY),
+])
+def test_cli_trains_logs_and_resumes_the_other_families(
+    family: str, extra: list[str], final_key: str, uri: str, client: MlflowClient,
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bert and vit through `python -m pipeline.train` as gpt: a run that fails at step 30
+    resumes from its checkpoint there, finishes, and its final metrics are in the ledger."""
+    import pipeline.trial
+    from pipeline.train.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    corpus_args = ["--corpus", str(corpus)] if family != "vit" else []
+    args = ["--family", family, "--n-layer", "1", "--d-model", "16", "--batch-size", "4",
+            "--tokens", "200" if family == "vit" else "6400", *corpus_args, *extra,
+            "--experiment", f"cli-{family}", "--checkpoint-interval", "10"]  # 50 steps
+
+    def fail_at_30(spec: RunSpec):
+        def hook(done: int) -> None:
+            if done == 30:
+                raise RuntimeError("stop at 30")
+        return hook
+
+    monkeypatch.setattr(pipeline.trial, "_failure_hook", fail_at_30)
+    assert main(args) == 1
+    capsys.readouterr()
+    monkeypatch.setattr(pipeline.trial, "_failure_hook", lambda spec: None)
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    out = json.loads(printed[printed.index("{"):])
+    assert out["status"] == keys.STATUS_FINISHED and out["resumed_from"] == 30
+    assert out["steps"] == 50 and out["attempts"] == 2
+    exp = client.get_experiment_by_name(f"cli-{family}")
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.data.tags[keys.TAG_FAMILY] == family
+    assert math.isfinite(run.data.metrics[final_key])
+
+
 _CREATE = """
 import sys, time
 from pipeline.tracking import prepare_store

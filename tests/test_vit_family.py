@@ -141,6 +141,27 @@ def test_a_class_per_folder_corpus_loads_resized_rgb(tmp_path: Path) -> None:
     assert len(data.train) + len(data.val) == 6 and len(data.val) == 2
 
 
+def test_a_hugging_face_image_dataset_loads_through_the_datasets_library(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """images:hf: through the real library, offline: a local folder is an "imagefolder"
+    dataset (an `image` and a `label` column), as cifar10 from the Hub would be read."""
+    pytest.importorskip("datasets")
+    Image = pytest.importorskip("PIL.Image")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # never the network
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # nothing in the home folder
+    for name, grey in (("ants", 20), ("bees", 220)):
+        (tmp_path / "set" / "train" / name).mkdir(parents=True)
+        for i in range(4):
+            Image.new("RGB", (9, 9), (grey, grey, grey)).save(
+                tmp_path / "set" / "train" / name / f"{i}.png")
+    data = load_images(DataSpec(corpus=f"images:hf:{tmp_path / 'set'}:train", image_size=4,
+                                val_fraction=0.25))
+    assert data.classes == ("ants", "bees") and data.train.shape[1:] == (3, 4, 4)
+    assert len(data.val) == 2 and sorted(data.val_labels) == [0, 1]
+    with pytest.raises(DataError, match="could not be loaded"):
+        load_images(DataSpec(corpus=f"images:hf:{tmp_path / 'none'}", image_size=4))
+
+
 @pytest.mark.parametrize(("corpus", "message"), [
     ("images:mnist", "unknown image corpus 'images:mnist'"),
     ("images:folder:", "unknown image corpus"),

@@ -284,3 +284,24 @@ def test_the_analysis_counts_images_and_nats_per_image_for_vit() -> None:
                           ("bert", ("tokens", "nats/masked token"))):
         runs.frame["family"] = family
         assert (runs.data_unit, runs.loss_unit) == units
+
+
+def test_vit_refuses_a_window_sampling_and_data_parallel_runs() -> None:
+    base = ("name: v\nkind: runs\nfamily: vit\nshape: {patch_size: 2}\n"
+            "data: {corpus: 'images:digits'}\nruns: [{depth: 1, tokens: 1e4}]\n")
+    with pytest.raises(SweepError, match=r"train\.sampling: is ignored by family 'vit'"):
+        parse_sweep(base + "train: {sampling: shuffled}\n", "x.yaml")
+    with pytest.raises(SweepError, match=r"resources\.workers_per_run: must be 1"):
+        parse_sweep(base + "resources: {workers_per_run: 2}\n", "x.yaml")
+
+
+def test_prepare_checks_an_image_corpus_without_caching_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.data.__main__ import main as data_main
+
+    sweep = tmp_path / "v.yaml"
+    sweep.write_text("name: v\nkind: runs\nfamily: vit\nshape: {patch_size: 2}\n"
+                     "data: {corpus: 'images:digits'}\nruns: [{depth: 1, tokens: 1e4}]\n")
+    assert data_main(["prepare", str(sweep), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert "1,707 train and 90 validation images" in capsys.readouterr().out  # 5% held out
+    assert not (tmp_path / "cache").exists()

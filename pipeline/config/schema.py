@@ -118,6 +118,9 @@ class SweepConfig(Strict):
         if geometry is None:
             out.append((("data", "image_size"), "is required with a folder or Hugging Face "
                         "image corpus (every image is resized to it)", _NO_VALUE))
+        out += [(("train",) + loc, msg, v) for loc, msg, v in _unused(
+            self.train, ("sampling",), "by family 'vit' (images are drawn without replacement, "
+            "a new permutation each epoch)")]
         if self.resources.workers_per_run > 1:
             out.append((("resources", "workers_per_run"), "must be 1 with family 'vit' "
                         "(data-parallel image runs are not supported yet)",

@@ -14,6 +14,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from pipeline.vision.sources import is_image_corpus
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.data",
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = sys.stderr if args.json else sys.stdout
+    if is_image_corpus(spec.corpus):  # nothing to cache: images are read whole (small)
+        return _check_images(spec, args, out)
     try:
         data = prepare_data(config, progress=lambda line: print(f"data: {line}", file=out,
                                                                  flush=True))
@@ -61,6 +65,28 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"ready: {data.cache_path} ({meta['train_tokens']:,} train and "
               f"{meta['val_tokens']:,} validation tokens)")
+    return 0
+
+
+def _check_images(spec, args: argparse.Namespace, out) -> int:
+    """An image corpus is not cached; `prepare` reads it once to check it and says so."""
+    from pipeline.data.settings import DataError
+    from pipeline.vision.data import load_images
+
+    try:
+        data = load_images(spec)
+    except DataError as e:
+        print(f"error: {args.sweep_file}: data: {e}", file=sys.stderr)
+        return 2
+    summary = {"corpus": spec.corpus, "fingerprint": data.fingerprint, "cached": False,
+               "train_images": len(data.train), "val_images": len(data.val),
+               "classes": data.vocab_size}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(f"ready: {spec.corpus}: {data.note}; {len(data.train):,} train and "
+              f"{len(data.val):,} validation images (not cached: read whole by each run)",
+              file=out)
     return 0
 
 

@@ -22,8 +22,6 @@ from pipeline.tracking import Ledger, default_tracking_uri
 from pipeline.trial import execute_trial
 from pipeline.vision.sources import is_image_corpus
 
-IMAGE_VAL_FRACTION = 0.2
-"""Default held-out share of an image corpus (the digits: 359 of 1,797 images)."""
 DESCRIPTION = "Single-run CLI: train one model on the default corpus and log it to MLflow."
 
 
@@ -48,9 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--corpus", default=None,
                    help="default: stdlib (text families), images:digits (vit)")
-    p.add_argument("--val-fraction", type=float, default=None,
-                   help=f"held-out share (default {DataSpec().val_fraction} for text, "
-                        f"{IMAGE_VAL_FRACTION} for images)")
+    p.add_argument("--val-fraction", type=float, default=DataSpec().val_fraction,
+                   help="held-out share of the corpus (default %(default)s; documents for "
+                        "text, images per class for an image corpus)")
     p.add_argument("--patch-size", type=int, default=None,
                    help="vit (required): patch side in pixels, dividing the image side")
     p.add_argument("--image-size", type=int, default=None,
@@ -103,10 +101,9 @@ def _data_spec(args: argparse.Namespace) -> DataSpec:
     if not images and (args.patch_size is not None or args.image_size is not None):
         raise ValueError(f"--patch-size and --image-size are for family 'vit', not "
                          f"{args.family!r}")
-    fraction = args.val_fraction or (IMAGE_VAL_FRACTION if images else DataSpec().val_fraction)
-    if not 0.0 < fraction < 1.0:
-        raise ValueError(f"--val-fraction must be in (0, 1), got {fraction}")
-    return DataSpec(corpus=corpus, tokenizer=args.tokenizer, val_fraction=fraction,
+    if not 0.0 < args.val_fraction < 1.0:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
+    return DataSpec(corpus=corpus, tokenizer=args.tokenizer, val_fraction=args.val_fraction,
                     image_size=args.image_size)
 
 

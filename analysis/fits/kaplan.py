@@ -85,6 +85,19 @@ def _joint_log_loss(p: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray) -> np.nda
     return alpha_d * np.logaddexp(alpha_n / alpha_d * (ln_nc - ln_n), ln_dc - ln_d)
 
 
+def _joint_jacobian(p: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
+    """d ln L / d (α_N, α_D, ln N_c, ln D_c), (points, 4). With u = (α_N/α_D)(ln N_c − ln N),
+    v = ln D_c − ln D, S = logaddexp(u, v) and w = exp(u − S) (the N term's share):
+    (w (ln N_c − ln N), S − w u, w α_N, α_D (1 − w)). Analytic: least squares then needs no
+    finite differences (5 evaluations per Jacobian): 1.65x less CPU per fit (BENCHMARKS.md)."""
+    alpha_n, alpha_d, ln_nc, ln_dc = p
+    gap = ln_nc - ln_n
+    u, v = alpha_n / alpha_d * gap, ln_dc - ln_d
+    total = np.logaddexp(u, v)
+    w = np.exp(u - total)
+    return np.column_stack([w * gap, total - w * u, w * alpha_n, alpha_d * (1.0 - w)])
+
+
 def fit_kaplan_joint(n: object, d: object, loss: object, *,
                      starts: Sequence[Sequence[float]] | None = None) -> KaplanJoint:
     """Least squares on ln L from a few starts (or the given (α_N, α_D, ln N_c, ln D_c) rows)."""
@@ -105,7 +118,8 @@ def fit_kaplan_joint(n: object, d: object, loss: object, *,
     with single_threaded_blas():
         for p0 in starts:
             res = least_squares(lambda p: _joint_log_loss(p, ln_n, ln_d) - ln_l,
-                                np.asarray(p0), bounds=([1e-4, 1e-4, -np.inf, -np.inf], np.inf))
+                                np.asarray(p0), jac=lambda p: _joint_jacobian(p, ln_n, ln_d),
+                                bounds=([1e-4, 1e-4, -np.inf, -np.inf], np.inf))
             if np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
                 best = res
     if best is None:

@@ -28,6 +28,7 @@ FINAL_STEPS = "final/steps"
 TRAIN_SPLIT_TOKENS = "data/train_tokens"  # unique tokens available: the train split's length
 FINAL_EPOCHS = "final/epochs"  # D / data/train_tokens: passes over the train split
 FINAL_UNIQUE_TOKENS = "final/unique_tokens"  # distinct train-split tokens the run trained on
+FINAL_PATCH_TOKENS = "final/patch_tokens"  # vit: images x (patches + [CLS]), the tokens read
 FINAL_WALL_S = "final/wall_s"  # training wall time of this attempt chain, seconds
 FINAL_TOKENS_PER_S = "final/tokens_per_s"
 PARAMS_TOTAL = "model/params_total"  # N, Chinchilla's convention (all parameters)

@@ -204,6 +204,7 @@ def test_a_tiny_vit_learns_the_digits() -> None:
     assert keys.FINAL_VAL_BPB not in tracker.summary
     assert any(keys.VAL_ACCURACY in m for _, m in tracker.metrics)
     assert result.unique_tokens == min(1438, 150 * 32)
+    assert tracker.summary[keys.FINAL_PATCH_TOKENS] == 150 * 32 * 17  # 16 patches + [CLS]
 
 
 def test_an_interrupted_vit_run_resumes_to_the_same_result(tmp_path: Path) -> None:

@@ -336,8 +336,9 @@ def _result(run: _Run, steps_done: int, wall: float, resumed_from: int | None) -
     )
 
 
-def _log_summary(tracker: Tracker, result: RunResult) -> None:
-    """The run's final numbers as MLflow summary metrics (non-finite losses left out)."""
+def _log_summary(tracker: Tracker, result: RunResult, positions: int = 0) -> None:
+    """The run's final numbers as MLflow summary metrics (non-finite losses left out);
+    ``positions``: vit's tokens per image, to log the patch tokens its images make."""
     summary = {
         keys.FINAL_TOKENS: result.tokens, keys.FINAL_STEPS: result.steps,
         keys.FINAL_WALL_S: result.wall_s, keys.FINAL_TOKENS_PER_S: result.tokens_per_s,
@@ -348,6 +349,8 @@ def _log_summary(tracker: Tracker, result: RunResult) -> None:
         keys.PARAMS_NON_EMBEDDING: result.params_non_embedding,
         **{keys.flops_key(c): v for c, v in result.flops.items()},
     }
+    if positions:  # vit: D counts images; its Transformer read this many tokens
+        summary[keys.FINAL_PATCH_TOKENS] = result.tokens * positions
     for key, value in ((keys.FINAL_VAL_LOSS, result.final_val_loss),
                        (keys.FINAL_VAL_BPB, result.final_val_bpb),
                        (keys.FINAL_VAL_ACCURACY, result.final_val_accuracy),
@@ -478,5 +481,5 @@ def _finish(run: _Run, data: TokenData, wall: float, diverged_step: int | None,
         result.unique_tokens = unique_tokens_seen(
             len(data.train), spec.train.batch_size, spec.model.seq_len, spec.train.seed,
             steps_done, spec.train.sampling)
-    _log_summary(tracker, result)
+    _log_summary(tracker, result, spec.model.positions if spec.model.is_image else 0)
     return result

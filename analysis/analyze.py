@@ -51,7 +51,7 @@ from analysis.checks.residuals import (
 from analysis.checks.schedules import ScheduleComparison, compare_schedules
 from analysis.checks.verdict import LAWS, Verdict, judge_laws
 from analysis.errors import FitError
-from analysis.fits.bootstrap import Bootstrap, worker_pool
+from analysis.fits.bootstrap import BY, Bootstrap, worker_pool
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
 from analysis.fits.table import FITS
@@ -97,6 +97,9 @@ class Analysis:
     """Each pair of approaches on a: the paired bootstrap difference (analysis.agreement)."""
     verdict: Verdict | None = None
     """Which laws describe the runs and the headline law (analysis.checks.verdict)."""
+    bootstrap_by: str = "run"
+    """What each resample drew from: all runs ("run") or the runs of each budget ("budget";
+    analysis.fits.bootstrap)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
@@ -135,13 +138,17 @@ def analyze(
     conventions: bool = True,
     max_epochs: float | None = None,
     progress: Callable[[str], None] | None = None,
+    bootstrap_by: str = "run",
 ) -> Analysis:
     """Fit every requested approach (default: every entry of the table of fits), bootstrap
     it, compare with the documented values and run the checks. ``bootstrap=0`` skips the
     intervals (fast); ``conventions=False`` skips the refits under other N/C conventions
     (the slowest check). ``max_epochs`` leaves out runs that repeated their data more than
     that (analysis.runs.selection). ``progress`` gets a line as each fit (with its bootstrap)
-    is done."""
+    is done. ``bootstrap_by`` "budget" resamples each IsoFLOP budget's runs within it
+    (analysis.fits.bootstrap.BY); "run" pools them."""
+    if bootstrap_by not in BY:
+        raise ValueError(f"bootstrap_by must be one of {BY}, got {bootstrap_by!r}")
     wanted = set(FITS) if approaches is None else set(approaches)
     unknown = wanted - set(FITS)
     if unknown:
@@ -153,8 +160,9 @@ def analyze(
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
     with single_threaded_blas(), worker_pool(n_jobs):  # one pool of workers for every fit
         fitted_curves = collapse_curves(selection.replicates, curves)  # seeds averaged
-        fits = fit_all(FitInput(runs, fitted_curves, ref, bootstrap, seed, n_jobs), wanted,
-                       progress)
+        strata = runs.column("budget") if bootstrap_by == "budget" else None
+        fits = fit_all(FitInput(runs, fitted_curves, ref, bootstrap, seed, n_jobs, strata),
+                       wanted, progress)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
         verdict = judge_laws(fits, runs, selection.holdout, sigma)
@@ -163,7 +171,8 @@ def analyze(
         if conventions and wanted & {"2", "3"}:
             t0 = time.monotonic()
             refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
-                                         approaches=wanted & {"2", "3"}, n_jobs=n_jobs)
+                                         approaches=wanted & {"2", "3"}, n_jobs=n_jobs,
+                                         bootstrap_by=bootstrap_by)
             if progress is not None:
                 progress(f"refits under the other N and C conventions in "
                          f"{time.monotonic() - t0:.1f} s")
@@ -179,7 +188,7 @@ def analyze(
         extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
         noise_propagation=_propagation(runs, sigma, a2, ref, bootstrap, seed),
         agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in PAIRS}),
-        verdict=verdict,
+        verdict=verdict, bootstrap_by=bootstrap_by,
     )
 
 

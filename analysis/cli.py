@@ -18,6 +18,13 @@ from analysis.runs.table import RunsTable
 EXIT_INPUT_ERROR = 2
 
 
+def add_bootstrap_by(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap-by: what each bootstrap resample draws from (analysis.fits.bootstrap.BY)."""
+    parser.add_argument("--bootstrap-by", choices=("run", "budget"), default="run",
+                        help="resample all runs together (run, the default) or each IsoFLOP "
+                             "budget's runs within it (budget: every resample keeps the design)")
+
+
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--sweep", metavar="NAME", help="sweep (MLflow experiment) name")

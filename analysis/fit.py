@@ -14,7 +14,7 @@ import argparse
 import json
 
 from analysis.analyze import analyze
-from analysis.cli import add_input_arguments, load_input, run_main
+from analysis.cli import add_bootstrap_by, add_input_arguments, load_input, run_main
 from analysis.fits.bootstrap import DEFAULT_RESAMPLES, default_jobs
 from analysis.fits.table import FITS
 from analysis.schema import analysis_to_json
@@ -29,6 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
                    help=f"bootstrap resamples of runs (default {DEFAULT_RESAMPLES}; 0: none)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_bootstrap_by(p)
     p.add_argument("--reference-flops", type=float, metavar="C",
                    help="compute at which to report the allocation (default: largest C)")
     p.add_argument("--jobs", type=int, default=default_jobs(), metavar="J",
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     approaches = tuple(FITS) if args.approach == "all" else (args.approach,)
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=approaches, reference_flops=args.reference_flops,
-                     n_jobs=args.jobs, max_epochs=args.max_epochs)
+                     n_jobs=args.jobs, max_epochs=args.max_epochs,
+                     bootstrap_by=args.bootstrap_by)
     if args.json:
         print(json.dumps(analysis_to_json(result), indent=2, allow_nan=False))
     else:

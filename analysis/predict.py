@@ -21,7 +21,13 @@ from rich.console import Console
 from rich.table import Table
 
 from analysis.analyze import Skipped, analyze
-from analysis.cli import add_input_arguments, flops_convention, load_input, run_main
+from analysis.cli import (
+    add_bootstrap_by,
+    add_input_arguments,
+    flops_convention,
+    load_input,
+    run_main,
+)
 from analysis.errors import DataError, FitError
 from analysis.runs.shapes import ShapeChoice, nearest_shape
 from analysis.schema import clean
@@ -44,6 +50,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
                    help="bootstrap resamples for the intervals (default 1000; 0: none)")
     p.add_argument("--seed", type=int, default=0)
+    add_bootstrap_by(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--write", metavar="FILE",
                    help="write the next sweep: --sweep-file's recipe, one IsoFLOP budget at "
@@ -61,7 +68,8 @@ def predict(args: argparse.Namespace) -> dict:
     # No convention refits: a prediction needs one allocation, not its sensitivity.
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=(args.approach,), reference_flops=args.flops,
-                     conventions=False, max_epochs=args.max_epochs)
+                     conventions=False, max_epochs=args.max_epochs,
+                     bootstrap_by=args.bootstrap_by)
     est = result.approaches()[args.approach]
     if isinstance(est, Skipped):
         raise FitError(f"approach {args.approach} cannot be fitted: {est.reason}")

@@ -29,7 +29,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from analysis.analyze import analyze
-from analysis.cli import add_input_arguments, load_input, run_main
+from analysis.cli import add_bootstrap_by, add_input_arguments, load_input, run_main
 from analysis.errors import AnalysisError
 from analysis.fits.bootstrap import default_jobs
 from analysis.reporting.document import to_html, to_markdown
@@ -69,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
                    help=f"bootstrap resamples (default {DEFAULT_BOOTSTRAP}; 0: no intervals)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_bootstrap_by(p)
     p.add_argument("--jobs", type=int, default=default_jobs(), metavar="J",
                    help="processes for the bootstraps of the parametric laws (default: the "
                         f"cores this process may use, {default_jobs()} here; the intervals "
@@ -105,6 +106,8 @@ def regenerate_command(args: argparse.Namespace) -> str:
     if args.flops_convention is not None:
         parts += ["--flops-convention", args.flops_convention]
     parts += ["--bootstrap", str(args.bootstrap), "--seed", str(args.seed)]
+    if args.bootstrap_by != "run":
+        parts += ["--bootstrap-by", args.bootstrap_by]
     # Not --jobs: the intervals are the same with any number of processes.
     if args.prompt != PROMPT:
         parts += ["--prompt", args.prompt]
@@ -215,7 +218,9 @@ def write_report(args: argparse.Namespace) -> Path:
                               "prompt": args.prompt,
                               # only when given: reports made before the option stay current
                               **({"max_epochs": args.max_epochs}
-                                 if args.max_epochs is not None else {})})
+                                 if args.max_epochs is not None else {}),
+                              **({"bootstrap_by": args.bootstrap_by}
+                                 if args.bootstrap_by != "run" else {})})
     if not args.force and is_current(out, key):
         _log(f"report: {out} kept: it was made from the same runs, curves, sweep file, "
              f"options and code (--force makes it again); checked in "
@@ -232,7 +237,8 @@ def write_report(args: argparse.Namespace) -> Path:
         t0, cpu0 = time.monotonic(), time.process_time()
         result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                          n_jobs=args.jobs, max_epochs=args.max_epochs,
-                         progress=lambda line: _log(f"report: {line}"))
+                         progress=lambda line: _log(f"report: {line}"),
+                         bootstrap_by=args.bootstrap_by)
         _log(f"report: fits with {args.bootstrap} bootstrap resamples in "
              f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
         with staged_folder(out) as tmp:

@@ -147,7 +147,8 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
         "excluded": [{"run": e.run, "reason": e.reason} for e in result.excluded],
         "conventions": dict(result.conventions),
         "reference_flops": result.reference_flops,
-        "bootstrap": {"resamples": result.n_resamples, "seed": result.seed},
+        "bootstrap": {"resamples": result.n_resamples, "seed": result.seed,
+                      "by": result.bootstrap_by},
         "approaches": {name: estimate_to_json(name, est)
                        for name, est in result.approaches().items()},
         "comparison": [row.to_json_dict() for row in result.comparison],

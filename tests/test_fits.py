@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from analysis.analyze import analyze
 from analysis.errors import FitError
 from analysis.fits.approach2 import bootstrap_approach2, fit_approach2
 from analysis.fits.approach3 import (
@@ -30,6 +31,7 @@ from analysis.fits.approach3 import (
 )
 from analysis.runs.load import load_csv
 from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
+from analysis.schema import analysis_to_json
 
 EPOCH = Path(__file__).parent / "data" / "chinchilla_epoch_fig4.csv"
 
@@ -209,3 +211,37 @@ def test_approach2_too_few_good_budgets_names_the_flagged_ones():
     n, d, c, loss, budget = (runs.column(k) for k in ("N", "D", "C", "loss", "budget"))
     with pytest.raises(FitError, match="2 of 2 budgets have an interior minimum; need at least 3"):
         fit_approach2(n, d, c, loss, budget)
+
+
+def test_a_stratified_bootstrap_keeps_every_budget_and_its_size() -> None:
+    """--bootstrap-by budget: each column draws from its own budget, so every resample has
+    each budget with as many points; the same seed draws the same resamples."""
+    from analysis.fits.bootstrap import resample_indices
+
+    budget = np.array([1e10, 1e10, 1e10, 3e10, 3e10, np.nan, 1e11, 1e11])
+    idx = resample_indices(len(budget), 500, 7, strata=budget)
+    drawn = np.nan_to_num(budget[idx], nan=-1.0)
+    assert np.array_equal(drawn, np.broadcast_to(np.nan_to_num(budget, nan=-1.0), idx.shape))
+    assert np.array_equal(idx, resample_indices(len(budget), 500, 7, strata=budget))
+    assert len(np.unique(idx[:, 0])) == 3  # the first budget's three runs are all drawn
+    pooled = resample_indices(len(budget), 500, 7)
+    assert not np.array_equal(np.nan_to_num(budget[pooled], nan=-1.0), drawn)
+    with pytest.raises(ValueError, match="one label per unit"):
+        resample_indices(3, 10, 0, strata=budget)
+
+
+def test_analyze_by_budget_records_the_scheme_and_draws_other_resamples() -> None:
+    """The scheme reaches every fit's bootstrap and the result (fit.json says it); its draws
+    differ from the pooled ones. (A budget's own draw can still repeat sizes: a parabola
+    then has too few, so Approach 2 can fail on a resample either way.)"""
+    runs = isoflop_runs(ChinchillaLaw(), np.logspace(18, 20, 3), sizes_per_budget=5,
+                        noise=0.002, seed=1)
+    pooled = analyze(runs, bootstrap=60, seed=0, approaches=("2", "3"), conventions=False)
+    within = analyze(runs, bootstrap=60, seed=0, approaches=("2", "3"), conventions=False,
+                     bootstrap_by="budget")
+    assert (pooled.bootstrap_by, within.bootstrap_by) == ("run", "budget")
+    assert within.approach2.bootstrap.by == within.approach3.bootstrap.by == "budget"
+    assert within.approach3.ci95("a") != pooled.approach3.ci95("a")
+    assert analysis_to_json(within)["bootstrap"]["by"] == "budget"
+    with pytest.raises(ValueError, match="bootstrap_by"):
+        analyze(runs, bootstrap=0, bootstrap_by="seed")

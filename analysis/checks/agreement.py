@@ -80,13 +80,13 @@ def paired_difference(first: Bootstrap, second: Bootstrap, name: str,
     ValueError when the two did not draw the same resamples (other seed, number of draws or
     units), or when no draw was fitted by both.
     """
-    same = (first.seed, first.n_resamples, first.n_units) == \
-        (second.seed, second.n_resamples, second.n_units)
+    same = (first.seed, first.n_resamples, first.n_units, first.by) == \
+        (second.seed, second.n_resamples, second.n_units, second.by)
     if first.n_units is None or not same:
         raise ValueError(
             "the bootstraps did not draw the same resamples (seed, draws, units): "
-            f"{(first.seed, first.n_resamples, first.n_units)} vs "
-            f"{(second.seed, second.n_resamples, second.n_units)}")
+            f"{(first.seed, first.n_resamples, first.n_units, first.by)} vs "
+            f"{(second.seed, second.n_resamples, second.n_units, second.by)}")
     diff = first.by_draw(name) - second.by_draw(name)
     diff = diff[np.isfinite(diff)]
     if diff.size == 0:

@@ -142,7 +142,12 @@ class ConventionTable:
         return (min(values), max(values)) if values else None
 
 
-def _approach2(runs: RunsTable, ref: float, n_boot: int, seed: int
+def _strata(runs: RunsTable, by: str):
+    """The budget of each run when resampling within budgets (by "budget"), else None."""
+    return runs.column("budget") if by == "budget" else None
+
+
+def _approach2(runs: RunsTable, ref: float, n_boot: int, seed: int, by: str = "run"
                ) -> Estimate[Approach2Fit] | Skipped:
     cols = [runs.column(k) for k in ("N", "D", "C", "loss", "budget")]
     try:
@@ -152,7 +157,8 @@ def _approach2(runs: RunsTable, ref: float, n_boot: int, seed: int
     if n_boot == 0:
         return Estimate(fit, fit.statistics(ref))
     try:
-        boot = bootstrap_approach2(*cols, flops=ref, n_resamples=n_boot, seed=seed)
+        boot = bootstrap_approach2(*cols, flops=ref, n_resamples=n_boot, seed=seed,
+                                   strata=_strata(runs, by))
     except FitError as err:
         return Estimate(fit, fit.statistics(ref), bootstrap_error=str(err))
     return Estimate(fit, fit.statistics(ref), bootstrap=boot)
@@ -169,11 +175,11 @@ def _approach3(runs: RunsTable, fitted: tuple[Approach3Fit, Bootstrap | None, st
     s = boot.samples
     samples = allocation(s["E"], s["A"], s["B"], s["alpha"], s["beta"], per_token, ref)
     derived = Bootstrap(n_resamples=boot.n_resamples, n_failed=boot.n_failed, seed=boot.seed,
-                        samples=samples, failures=boot.failures)
+                        samples=samples, failures=boot.failures, by=boot.by)
     return Estimate(general, general.statistics(ref), bootstrap=derived)
 
 
-def _fit3(runs: RunsTable, n_boot: int, seed: int, n_jobs: int
+def _fit3(runs: RunsTable, n_boot: int, seed: int, n_jobs: int, by: str = "run"
           ) -> tuple[Approach3Fit, Bootstrap | None, str | None]:
     """Approach 3 on this N (FitError propagates); its bootstrap or why there is none."""
     n, d, loss = runs.column("N"), runs.column("D"), runs.column("loss")
@@ -182,14 +188,15 @@ def _fit3(runs: RunsTable, n_boot: int, seed: int, n_jobs: int
         return fit, None, None
     try:
         return fit, bootstrap_approach3(n, d, loss, fit, flops=float(runs.column("C").max()),
-                                        n_resamples=n_boot, seed=seed, n_jobs=n_jobs), None
+                                        n_resamples=n_boot, seed=seed, n_jobs=n_jobs,
+                                        strata=_strata(runs, by)), None
     except FitError as err:
         return fit, None, str(err)
 
 
 def compare_conventions(runs: RunsTable, *, bootstrap: int, seed: int = 0,
                         approaches: Iterable[str] = ("2", "3"),
-                        n_jobs: int = 1) -> ConventionTable:
+                        n_jobs: int = 1, bootstrap_by: str = "run") -> ConventionTable:
     """Refit the requested approaches under every convention of GRID (module docstring).
 
     ``bootstrap`` is the main analysis' resample count; the refits use resamples_for(it).
@@ -210,12 +217,12 @@ def compare_conventions(runs: RunsTable, *, bootstrap: int, seed: int = 0,
         ref = float(table.column("C").max())
         a2: Estimate[Approach2Fit] | Skipped = not_requested
         if "2" in wanted:
-            a2 = _approach2(table, ref, n_boot, seed)
+            a2 = _approach2(table, ref, n_boot, seed, bootstrap_by)
         a3: Estimate[GeneralAllocation] | Skipped = not_requested
         if "3" in wanted:
             if n_conv not in fits3:  # one fit per N: the C convention only moves the optimum
                 try:
-                    fits3[n_conv] = _fit3(table, n_boot, seed, n_jobs)
+                    fits3[n_conv] = _fit3(table, n_boot, seed, n_jobs, bootstrap_by)
                 except FitError as err:
                     fits3[n_conv] = Skipped(str(err))
             fitted = fits3[n_conv]

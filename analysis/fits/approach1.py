@@ -59,7 +59,8 @@ class _Refit:
 
 
 def bootstrap_approach1(curves: Sequence[Curve | None], *, flops: float, n_resamples: int,
-                        seed: int, grid_points: int = DEFAULT_GRID_POINTS) -> Bootstrap:
+                        seed: int, grid_points: int = DEFAULT_GRID_POINTS,
+                        strata: np.ndarray | None = None) -> Bootstrap:
     """Resample runs (with their curves) with replacement and refit the envelope."""
     refit = _Refit(tuple(curves), float(flops), grid_points)
-    return run_bootstrap(len(curves), refit, n_resamples=n_resamples, seed=seed)
+    return run_bootstrap(len(curves), refit, n_resamples=n_resamples, seed=seed, strata=strata)

@@ -171,9 +171,10 @@ class _Refit:
 
 
 def bootstrap_approach2(n: object, d: object, c: object, loss: object, budget: object, *,
-                        flops: float, n_resamples: int, seed: int) -> Bootstrap:
-    """Resample runs (all budgets pooled), refit; a resample that leaves fewer than
-    MIN_BUDGETS budgets with a minimum counts as failed."""
+                        flops: float, n_resamples: int, seed: int,
+                        strata: np.ndarray | None = None) -> Bootstrap:
+    """Resample runs (all budgets pooled, or within each budget with ``strata``), refit; a
+    resample that leaves fewer than MIN_BUDGETS budgets with a minimum counts as failed."""
     arrays = tuple(np.asarray(v, dtype=float) for v in (n, d, c, loss, budget))
     return run_bootstrap(len(arrays[0]), _Refit(arrays, float(flops)),
-                         n_resamples=n_resamples, seed=seed)
+                         n_resamples=n_resamples, seed=seed, strata=strata)

@@ -429,9 +429,10 @@ def bootstrap_approach3(
     n: object, d: object, loss: object, fit: Approach3Fit, *,
     flops: float, n_resamples: int, seed: int, n_jobs: int = 1,
     grid: StartGrid = DEFAULT_GRID, starts_per_refit: int = BOOTSTRAP_STARTS,
-    lines: IsoFlopLines | None = None,
+    lines: IsoFlopLines | None = None, strata: np.ndarray | None = None,
 ) -> Bootstrap:
-    """Resample runs, refit, and collect every parameter and derived quantity.
+    """Resample runs (within ``strata`` when given), refit, and collect every parameter and
+    derived quantity.
 
     Each refit runs L-BFGS-B from the full-data optimum and from the ``starts_per_refit``
     grid starts with the lowest objective on the full data (in case a resample's optimum
@@ -444,4 +445,5 @@ def bootstrap_approach3(
     n_arr, d_arr, l_arr = (np.asarray(v, dtype=float) for v in (n, d, loss))
     starts = refit_starts(n_arr, d_arr, l_arr, fit, grid=grid, keep=starts_per_refit)
     refit = _Refit(n_arr, d_arr, l_arr, starts, fit.delta, float(flops), lines)
-    return run_bootstrap(len(n_arr), refit, n_resamples=n_resamples, seed=seed, n_jobs=n_jobs)
+    return run_bootstrap(len(n_arr), refit, n_resamples=n_resamples, seed=seed, n_jobs=n_jobs,
+                         strata=strata)

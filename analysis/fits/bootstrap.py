@@ -6,6 +6,12 @@ way to get their 95% intervals. Resamples whose refit fails (e.g. a resample of 
 sweep leaves a budget with too few model sizes) are counted, not hidden: ``n_failed`` and the
 first distinct reasons travel with the intervals, and the intervals come from the successful
 refits only (so they are conditional on a fit being possible).
+
+Two schemes (``BY``): "run" draws every unit from all of them (the default, as Besiroglu et
+al.); "budget" draws each IsoFLOP budget's units from that budget only (a stratified
+bootstrap: the budgets are the design, fixed, not sampled), so every resample has each budget
+with as many points as it has, where the pooled draw moves points between budgets. A budget's
+draw can still repeat sizes. Units outside any budget (grid and runs sweeps) form one stratum.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from analysis.threads import single_threaded_blas
 
 DEFAULT_RESAMPLES = 1000
 LEVEL = 0.95
+BY: tuple[str, ...] = ("run", "budget")
+"""What a resample draws from: all runs, or the runs of the unit's own budget."""
 MIN_PARALLEL_RESAMPLES = 100
 """Fewer resamples run in this process whatever ``n_jobs`` says: a spawned worker costs ~1 s
 of imports, a law's refit ~10-100 ms, so a pool pays off from about a hundred."""
@@ -55,6 +63,8 @@ class Bootstrap:
     """Up to five distinct reasons why resamples could not be fitted."""
     n_units: int | None = None
     """Units each draw resampled (runs or cells); None for derived bootstraps."""
+    by: str = "run"
+    """"run" (pooled) or "budget" (stratified by budget): see the module docstring."""
     fitted: np.ndarray | None = field(default=None, repr=False, compare=False)
     """Which draws were fitted, in draw order (bool, n_resamples); ``samples`` holds the
     fitted draws only. None where the draws are not indexed (derived bootstraps)."""
@@ -122,10 +132,24 @@ def worker_pool(n_jobs: int) -> Iterator[None]:
             _POOL = None
 
 
-def resample_indices(n_units: int, n_resamples: int, seed: int) -> np.ndarray:
-    """(n_resamples, n_units) indices drawn with replacement; the same for the same seed."""
+def resample_indices(n_units: int, n_resamples: int, seed: int,
+                     strata: np.ndarray | None = None) -> np.ndarray:
+    """(n_resamples, n_units) indices drawn with replacement; the same for the same seed.
+    With ``strata`` (a label per unit; NaN is one more label), each column draws from the
+    units of its own stratum, which keep their positions: a stratified bootstrap."""
     rng = np.random.default_rng(seed)
-    return rng.integers(0, n_units, size=(n_resamples, n_units))
+    if strata is None:
+        return rng.integers(0, n_units, size=(n_resamples, n_units))
+    labels = np.asarray(strata, dtype=float)
+    if labels.shape != (n_units,):
+        raise ValueError(f"strata must give one label per unit ({n_units}), got {labels.shape}")
+    groups = np.unique(np.nan_to_num(labels, nan=-np.inf), return_inverse=True)[1]
+    out = np.empty((n_resamples, n_units), dtype=np.int64)
+    for g in range(int(groups.max()) + 1 if n_units else 0):
+        members = np.flatnonzero(groups == g)
+        out[:, members] = members[rng.integers(0, len(members), size=(n_resamples,
+                                                                       len(members)))]
+    return out
 
 
 def _refit_all(refit: Callable[[np.ndarray], Mapping[str, float]],
@@ -151,6 +175,7 @@ def run_bootstrap(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = 0,
     n_jobs: int = 1,
+    strata: np.ndarray | None = None,
 ) -> Bootstrap:
     """Call ``refit(indices)`` on each resample; collect its named statistics.
 
@@ -161,13 +186,14 @@ def run_bootstrap(
     ``refit`` raises FitError when a resample cannot be fitted; any other exception is a bug
     and propagates. FitError when no resample at all could be fitted. With ``n_jobs`` > 1 the
     resamples are split over worker processes (``refit`` must then be picklable); the draws
-    and the result are the same as with one process.
+    and the result are the same as with one process. ``strata``: resample within them
+    (resample_indices); None pools every unit.
     """
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be >= 1, got {n_resamples}")
     if n_jobs < 1:
         raise ValueError(f"n_jobs must be >= 1, got {n_jobs}")
-    indices = resample_indices(n_units, n_resamples, seed)
+    indices = resample_indices(n_units, n_resamples, seed, strata)
     if n_jobs == 1 or n_resamples < MIN_PARALLEL_RESAMPLES:
         results = _refit_all(refit, indices)
     else:
@@ -201,4 +227,5 @@ def run_bootstrap(
         n_resamples=n_resamples, n_failed=n_failed, seed=seed,
         samples={name: np.asarray(v) for name, v in collected.items()},
         failures=tuple(failures), n_units=n_units, fitted=fitted,
+        by="run" if strata is None else "budget",
     )

@@ -237,7 +237,8 @@ class _Refit:
 
 def bootstrap_kaplan(n: object, d: object, loss: object, curves: Sequence[Curve | None] | None,
                      fit: KaplanFit, *, n_resamples: int, seed: int,
-                     grid_points: int = DEFAULT_GRID_POINTS) -> Bootstrap:
+                     grid_points: int = DEFAULT_GRID_POINTS,
+                     strata: np.ndarray | None = None) -> Bootstrap:
     """Resample runs; refit every Kaplan law (the joint law starts from the full-data fit:
     least squares, unlike L-BFGS-B's relative-reduction test, does not stop early there)."""
     j = fit.joint
@@ -245,4 +246,4 @@ def bootstrap_kaplan(n: object, d: object, loss: object, curves: Sequence[Curve 
                                     float(np.log(j.D_c)))
     refit = _Refit(*(np.asarray(v, dtype=float) for v in (n, d, loss)),
                    None if curves is None else tuple(curves), start, grid_points)
-    return run_bootstrap(len(refit.n), refit, n_resamples=n_resamples, seed=seed)
+    return run_bootstrap(len(refit.n), refit, n_resamples=n_resamples, seed=seed, strata=strata)

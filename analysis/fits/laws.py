@@ -113,5 +113,6 @@ def run_law(inp: FitInput, fit: FitLaw, batch_fit: BatchFit | None = None) -> Es
     if inp.n_resamples > 0:
         def boot(f: LawFit) -> Bootstrap:
             return run_bootstrap(len(arrays[0]), _Refit(fit, arrays, lines, ref, f.law, batch_fit),
-                                 n_resamples=inp.n_resamples, seed=inp.seed, n_jobs=inp.n_jobs)
+                                 n_resamples=inp.n_resamples, seed=inp.seed, n_jobs=inp.n_jobs,
+                                 strata=inp.strata)
     return estimate(lambda: fit_law(fit, arrays, lines, ref), LawFit.statistics, boot)

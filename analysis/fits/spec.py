@@ -34,6 +34,9 @@ class FitInput:
     n_resamples: int
     seed: int
     n_jobs: int = 1
+    strata: np.ndarray | None = None
+    """The budget of every run, to resample within budgets (analysis.fits.bootstrap.BY
+    "budget"); None: resample all runs together."""
 
     def columns(self, *names: str) -> tuple[np.ndarray, ...]:
         return tuple(self.runs.column(k) for k in names)

@@ -63,7 +63,8 @@ def _run_kaplan(inp: FitInput) -> Estimate | Skipped:
     return estimate(
         lambda: fit_kaplan(n_k, d, loss, curves_k, conventions=label), KaplanFit.statistics,
         _boot(inp, lambda f: bootstrap_kaplan(n_k, d, loss, curves_k, f,
-                                              n_resamples=inp.n_resamples, seed=inp.seed)))
+                                              n_resamples=inp.n_resamples, seed=inp.seed,
+                                              strata=inp.strata)))
 
 
 def _kaplan_fields(fit: KaplanFit) -> dict[str, Any]:
@@ -91,7 +92,8 @@ def _run_approach1(inp: FitInput) -> Estimate | Skipped:
     return estimate(
         lambda: fit_approach1(curves_c), lambda f: f.statistics(ref),
         _boot(inp, lambda f: bootstrap_approach1(curves_c, flops=ref,
-                                                 n_resamples=inp.n_resamples, seed=inp.seed)))
+                                                 n_resamples=inp.n_resamples, seed=inp.seed,
+                                                 strata=inp.strata)))
 
 
 def _run_approach2(inp: FitInput) -> Estimate | Skipped:
@@ -102,7 +104,8 @@ def _run_approach2(inp: FitInput) -> Estimate | Skipped:
     return estimate(
         lambda: fit_approach2(n, d, c, loss, budget), lambda f: f.statistics(ref),
         _boot(inp, lambda f: bootstrap_approach2(n, d, c, loss, budget, flops=ref,
-                                                 n_resamples=inp.n_resamples, seed=inp.seed)))
+                                                 n_resamples=inp.n_resamples, seed=inp.seed,
+                                                 strata=inp.strata)))
 
 
 def _run_approach3(inp: FitInput) -> Estimate | Skipped:
@@ -116,7 +119,8 @@ def _run_approach3(inp: FitInput) -> Estimate | Skipped:
         lambda: fit_approach3(n, d, loss), lambda f: f.statistics(ref, lines),
         _boot(inp, lambda f: bootstrap_approach3(n, d, loss, f, flops=ref,
                                                  n_resamples=inp.n_resamples, seed=inp.seed,
-                                                 n_jobs=inp.n_jobs, lines=lines)))
+                                                 n_jobs=inp.n_jobs, lines=lines,
+                                                 strata=inp.strata)))
 
 
 def _allocation_fields(fit: Approach1Fit | Approach2Fit) -> dict[str, Any]:

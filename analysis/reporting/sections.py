@@ -445,7 +445,9 @@ def build(result: Analysis, ri: ReportInput) -> list[Block]:
                   f"{_fitted_words(result)}. "
                   f"N = {result.conventions['N']}, C = {result.conventions['C']}; Kaplan laws: "
                   f"{result.conventions['kaplan']}. Intervals: 95% percentile bootstrap over "
-                  f"{_unit(result)}, {result.n_resamples} resamples, seed {result.seed}."),
+                  f"{_unit(result)}"
+                  f"{' drawn within each budget' if result.bootstrap_by == 'budget' else ''}, "
+                  f"{result.n_resamples} resamples, seed {result.seed}."),
         Heading("Summary"),
         Bullets(tuple(summary_lines(result))),
     ]

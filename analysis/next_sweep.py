@@ -24,6 +24,7 @@ from analysis.errors import DataError
 from pipeline.config import SweepError, load_sweep, resolve_corpus
 from pipeline.config.yaml_reader import _read_yaml
 from pipeline.spec import STDLIB_CORPORA
+from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
 
 DEFAULT_COUNT = 5
 """Sizes at the new budget when the source plans none by count (a grid or explicit runs)."""
@@ -39,10 +40,21 @@ def _plan(cfg: object, flops: float, n_opt: float) -> dict:
         for rule in ("max_embedding_fraction", "max_tokens_per_param"):
             if getattr(source.sizes, rule) is not None:
                 sizes[rule] = getattr(source.sizes, rule)
-    # The planner centres the sizes on sqrt(C / (6 · tokens_per_param)): this value puts
-    # that centre at the predicted N_opt (on exact-FLOP lines D_opt/N_opt would not).
-    sizes["tokens_per_param"] = float(f"{flops / (6.0 * n_opt**2):.4g}")
+    # The planner centres the sizes on sqrt(C / (6 · S · tokens_per_param)), S the tokens of
+    # a unit of data (1; vit: an image's positions): this value puts that centre at the
+    # predicted N_opt (on exact-FLOP lines D_opt/N_opt would not).
+    sizes["tokens_per_param"] = float(f"{flops / (6.0 * _positions(cfg) * n_opt**2):.4g}")
     return {"budgets": [float(f"{flops:.4g}")], "sizes": sizes}
+
+
+def _positions(cfg: object) -> int:
+    """Tokens per unit of data of the sweep's models: 1 for text, an image's for vit."""
+    from pipeline.grid import expand, vocab_size_for
+
+    if not is_image_corpus(cfg.data.corpus):
+        return 1
+    plan = expand(cfg, ".", vocab_size_for(cfg) or 2)  # the geometry, not the classes
+    return plan.specs[0].model.positions if plan.specs else 1
 
 
 def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_opt: float,
@@ -70,10 +82,12 @@ def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_op
                           f"{approach}'s N_opt = {n_opt:.4g}, recipe of {source.name}")
     raw["kind"] = "isoflop"
     corpus = raw.get("data", {}).get("corpus", cfg.data.corpus)
-    if corpus not in STDLIB_CORPORA and not corpus.startswith("hf:"):
+    folder = corpus.startswith(IMAGE_PREFIX) and parse_image_source(corpus).kind == "folder"
+    if folder or not (corpus in STDLIB_CORPORA or corpus.startswith(("hf:", IMAGE_PREFIX))):
         # A local corpus is relative to the sweep file's folder: point at the same files.
-        target = resolve_corpus(corpus, source)
-        raw["data"]["corpus"] = os.path.relpath(target, out.resolve().parent)
+        target = resolve_corpus(corpus, source).removeprefix(f"{IMAGE_PREFIX}folder:")
+        relative = os.path.relpath(target, out.resolve().parent)
+        raw["data"]["corpus"] = f"{IMAGE_PREFIX}folder:{relative}" if folder else relative
     raw["isoflop"] = _plan(cfg, flops, n_opt)
     header = (f"# Written by `python -m analysis.predict --write` from {source.name}: the next "
               f"budget C = {flops:.4g} FLOPs\n# ({convention}) at approach {approach}'s "

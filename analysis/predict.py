@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         s = out["shape"]
         console.print(f"Nearest {s['family']} shape: n_layer={s['n_layer']}, "
                       f"d_model={s['d_model']}, n_heads={s['n_heads']}: "
-                      f"N = {s['params_total']:,} parameters, D = {s['tokens']:.4g} tokens")
+                      f"N = {s['params_total']:,} parameters, D = {s['tokens']:.4g} "
+                      f"{'images' if s.get('image') else 'tokens'}")
         if not args.write:
             print(out["snippet"], end="")  # plain: a terminal-width wrap would break the YAML
     if args.write:

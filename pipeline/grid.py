@@ -444,9 +444,8 @@ def nearest_shape(
     """
     counters = {"total": flops.params_total, "non_embedding": flops.params_non_embedding}
     if convention not in counters:
-        raise ShapeError(
-            f"unknown parameter convention {convention!r}; known: {', '.join(counters)}"
-        )
+        raise ShapeError(f"unknown parameter convention {convention!r}; known: "
+                         f"{', '.join(counters)}")
     is_number = isinstance(target_params, numbers.Real) and not isinstance(target_params, bool)
     if not (is_number and math.isfinite(target_params) and target_params > 0):
         raise ShapeError(f"target_params must be a finite number > 0, got {target_params!r}")
@@ -460,7 +459,8 @@ def nearest_shape(
             )
         except ShapeError:
             break  # width beyond max_depth: the rule ends here
-    counts = [count(cfg) for cfg in shapes]
+    if not (counts := [count(cfg) for cfg in shapes]):
+        raise ShapeError(f"the shape rule builds no {family} shape (depth or width 1 fails)")
     if target_params < counts[0] / 2:
         raise ShapeError(
             f"target_params={target_params:g} is more than 2x below the smallest {family} shape "

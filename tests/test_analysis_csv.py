@@ -130,7 +130,7 @@ def test_fit_json_on_the_epoch_data(capsys):
 
     assert main([*EPOCH_ARGS, "--approach", "3", "--bootstrap", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["n_runs"] == 240 and out["bootstrap"] == {"resamples": 20, "seed": 0}
+    assert out["n_runs"] == 240 and out["bootstrap"] == {"resamples": 20, "seed": 0, "by": "run"}
     three = out["approaches"]["3"]
     assert three["status"] == "ok"
     assert three["alpha"] == pytest.approx(0.3478, rel=0.01)

@@ -306,3 +306,35 @@ def test_prepare_checks_an_image_corpus_without_caching_it(
     assert data_main(["prepare", str(sweep), "--cache-dir", str(tmp_path / "cache")]) == 0
     assert "1,707 train and 90 validation images" in capsys.readouterr().out  # 5% held out
     assert not (tmp_path / "cache").exists()
+
+
+def test_predict_names_a_runnable_vit_run_and_centres_the_next_sweep(tmp_path: Path) -> None:
+    """analysis.predict on vit runs: the nearest shape keeps the runs' image geometry and
+    corpus, counts D in images (C / (6 N S)) and allows the repetition it needs; --write
+    centres the next sweep's sizes on the predicted N (an image is S tokens)."""
+    from analysis.next_sweep import next_sweep_text
+    from analysis.runs.shapes import nearest_shape
+    from analysis.runs.table import runs_from_arrays
+    from pipeline.grid import expand, vocab_size_for
+
+    extra = {"family": ["vit"] * 3, "vocab_size": [10] * 3, "seq_len": [1] * 3,
+             "d_model": [32] * 3, "n_heads": [4] * 3, "image_size": [8] * 3,
+             "patch_size": [2] * 3, "channels": [1] * 3, "data_corpus": ["images:digits"] * 3,
+             "epochs": [10.0] * 3}
+    runs = runs_from_arrays([1e4, 2e4, 4e4], [14380.0] * 3, [0.3, 0.2, 0.25], extra=extra)
+    shape = nearest_shape(3e4, 1e12, runs)
+    assert not isinstance(shape, str), shape
+    cfg = make_config("vit", shape.n_layer, shape.d_model, vocab_size=10, seq_len=1,
+                      head_dim=8, image_size=8, patch_size=2, channels=1)
+    assert shape.tokens == pytest.approx(1e12 / (6 * flops.params_total(cfg) * 17))
+    snippet = shape.sweep_snippet("vit-next", 1e12)
+    assert "corpus: 'images:digits'" in snippet and "patch_size: 2" in snippet
+    parsed = parse_sweep(snippet, "vit-next.yaml")
+    assert parsed.data.max_epochs >= shape.tokens / 1438  # the repetition it needs, allowed
+    text = next_sweep_text(Path("sweeps/vit_digits.yaml"), tmp_path / "vit_next.yaml",
+                           flops=3e12, n_opt=2e4, d_opt=1e5, approach="3", convention="exact")
+    nxt = parse_sweep(text, "vit_next.yaml")
+    assert nxt.data.corpus == "images:digits"
+    sizes = sorted(flops.params_total(s.model) for s in expand(nxt, ".", vocab_size_for(nxt)).specs)
+    middle = sizes[len(sizes) // 2]
+    assert 2e4 / 2.5 < middle < 2e4 * 2.5, sizes  # centred on N_opt, not N_opt / sqrt(17)

@@ -45,6 +45,8 @@ LOSS_ALIASES = ("loss", "Loss", "val_loss", "final_loss")
 MIN_BUDGET_RUNS = 3
 """Runs with the same C (to 6 significant digits) form an IsoFLOP budget from this many on."""
 SHAPE_PARAMS = ("n_layer", "d_model", "n_heads", "vocab_size", "seq_len")
+IMAGE_PARAMS = ("image_size", "patch_size", "channels")
+"""vit's image geometry (params ``model.<name>``), kept as columns where a run records it."""
 DATA_PARAMS = ("corpus", "tokenizer")
 """Params ``data.<name>`` kept as columns ``data_<name>`` (provenance for reports)."""
 FINGERPRINT_TAGS = (keys.TAG_DATA_FINGERPRINT, keys.TAG_CORPUS_FINGERPRINT)
@@ -125,6 +127,9 @@ def _row(run: object, flops_key: str) -> dict:
             row["flops_" + key.removeprefix(keys.FLOPS_PREFIX)] = _float(value)
     for name in SHAPE_PARAMS:
         row[name] = _float(params.get(f"model.{name}"))
+    for name in IMAGE_PARAMS:
+        if f"model.{name}" in params and params[f"model.{name}"] not in ("0", "None"):
+            row[name] = _float(params[f"model.{name}"])
     for name in DATA_PARAMS:
         row[f"data_{name}"] = params.get(f"data.{name}", "")
     for tag in FINGERPRINT_TAGS:

@@ -303,9 +303,10 @@ def _optimizer_step(run: _Run, data: TokenData, step: int) -> tuple[torch.Tensor
     for group in optimizer.param_groups:
         group["lr"] = lr
     x, y = objective.train_batch(spec, data, step, run.device)
+    targets = objective.target_count(y) if objective.is_masked(spec) else None
     x, y = parallel.local_rows(x, y, run.world)  # this worker's rows of the global batch
-    passes = micro_batches(x, y, spec)
-    if len(passes) == 1:
+    passes = micro_batches(x, y, spec, global_targets=targets, workers=run.world.size)
+    if len(passes) == 1 and passes[0][2] == 1.0:
         with autocast_for(spec, run.device):
             _, loss = model(x, y)
         loss.backward()

@@ -48,16 +48,23 @@ def accuracy(model: torch.nn.Module, batches, spec: RunSpec, device: torch.devic
     return right.item() / sum(len(y) for _, y in batches)
 
 
-def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec):
+def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec, *,
+                  global_targets: int | None = None, workers: int = 1):
     """(x, y, share) per forward/backward pass: the whole batch, or exec.micro_batch_size
     rows at a time with share = rows / batch (causal: equal-length sequences) or the pass's
     share of the batch's targets (masked), so that the shares' weighted mean of the passes'
-    mean losses is the batch's mean loss."""
+    mean losses is the batch's mean loss.
+
+    Masked, on one of `workers` data-parallel workers holding these rows of a global batch
+    with `global_targets` masked tokens: share = the pass's targets x workers /
+    global_targets, so that DDP's mean over workers is the global batch's mean per masked
+    token (not a mean of the workers' means)."""
     micro = spec.exec.micro_batch_size or len(x)
-    if micro >= len(x):
-        return [(x, y, 1.0)]
     passes = list(zip(x.split(micro), y.split(micro), strict=True))
     if is_masked(spec):
         counts = [target_count(ys) for _, ys in passes]
-        return [(xs, ys, c / sum(counts)) for (xs, ys), c in zip(passes, counts, strict=True)]
+        total = sum(counts) if global_targets is None else global_targets / workers
+        return [(xs, ys, c / total) for (xs, ys), c in zip(passes, counts, strict=True)]
+    if micro >= len(x):
+        return [(x, y, 1.0)]
     return [(xs, ys, len(xs) / len(x)) for xs, ys in passes]

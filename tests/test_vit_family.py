@@ -264,6 +264,10 @@ def test_sweep_files_refuse_bad_image_settings(family: str, shape: str, data: st
     (["--family", "vit", "--patch-size", "2", "--corpus", "stdlib"],
      "family 'vit' reads an image corpus"),
     (["--family", "gpt", "--patch-size", "2"], "--patch-size and --image-size are for family"),
+    (["--family", "vit", "--patch-size", "2", "--tokenizer", "bpe", "--seq-len", "64"],
+     "--tokenizer and --seq-len: family 'vit' reads images, not text"),
+    (["--family", "vit", "--patch-size", "2", "--image-size", "8"],
+     "--image-size: images:digits are 8x8 and not resized"),
 ])
 def test_the_single_run_cli_refuses_bad_image_settings_in_one_line(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -294,6 +298,10 @@ def test_vit_refuses_a_window_sampling_and_data_parallel_runs() -> None:
         parse_sweep(base + "train: {sampling: shuffled}\n", "x.yaml")
     with pytest.raises(SweepError, match=r"resources\.workers_per_run: must be 1"):
         parse_sweep(base + "resources: {workers_per_run: 2}\n", "x.yaml")
+    with pytest.raises(SweepError, match=r"train\.eval_batches: is ignored by family 'vit'"):
+        parse_sweep(base + "train: {eval_batches: 3}\n", "x.yaml")
+    with pytest.raises(SweepError, match=r"train\.variants\[0\]\.sampling: is ignored"):
+        parse_sweep(base + "train: {variants: [{sampling: shuffled}]}\n", "x.yaml")
 
 
 def test_prepare_checks_an_image_corpus_without_caching_it(

@@ -70,9 +70,8 @@ class SweepConfig(Strict):
                                  f"by family {self.family!r}")]
         problems += self._image_problems()
         if objective(self.family) != "masked":
-            problems += [((("train",) + loc), msg, v) for loc, msg, v in
-                         _unused(self.train, ("mask_rate",), f"by family {self.family!r} (it "
-                                 "predicts every next token; mask_rate is for masked LMs)")]
+            problems += self._train_unused(("mask_rate",), f"by family {self.family!r} "
+                                           "(mask_rate is for masked LMs)")
         problems += self._shape_problems()
         rep = self.isoflop.replicates if self.isoflop is not None else None
         for i, seed in enumerate(rep.seeds if rep is not None else []):
@@ -91,6 +90,15 @@ class SweepConfig(Strict):
                              _NO_VALUE))
         _raise_if(problems)
         return self
+
+    def _train_unused(self, names: tuple[str, ...], why: str
+                      ) -> list[tuple[tuple[str | int, ...], str, object]]:
+        """Train keys the family ignores, given in the recipe or in any of its variants."""
+        out = [(("train",) + loc, msg, v) for loc, msg, v in _unused(self.train, names, why)]
+        for i, variant in enumerate(self.train.variants or []):
+            out += [(("train", "variants", i, k), f"is ignored {why}; remove it", variant[k])
+                    for k in names if k in variant]
+        return out
 
     def _image_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
         """vit reads an image corpus with a patch size that divides its images; the text
@@ -118,9 +126,10 @@ class SweepConfig(Strict):
         if geometry is None:
             out.append((("data", "image_size"), "is required with a folder or Hugging Face "
                         "image corpus (every image is resized to it)", _NO_VALUE))
-        out += [(("train",) + loc, msg, v) for loc, msg, v in _unused(
-            self.train, ("sampling",), "by family 'vit' (images are drawn without replacement, "
-            "a new permutation each epoch)")]
+        out += self._train_unused(("sampling",), "by family 'vit' (images are drawn without "
+                                  "replacement, a new permutation each epoch)")
+        out += self._train_unused(("eval_batches",), "by family 'vit' (it scores the whole "
+                                  "validation split)")
         if self.resources.workers_per_run > 1:
             out.append((("resources", "workers_per_run"), "must be 1 with family 'vit' "
                         "(data-parallel image runs are not supported yet)",

@@ -22,6 +22,8 @@ from pipeline.tracking import Ledger, default_tracking_uri
 from pipeline.trial import execute_trial
 from pipeline.vision.sources import is_image_corpus
 
+TEXT_TOKENS, IMAGES = 2e6, 2e4
+"""Default D of a run: tokens (text), images (vit: ~14 passes over the digits' 1,438)."""
 DESCRIPTION = "Single-run CLI: train one model on the default corpus and log it to MLflow."
 
 
@@ -32,9 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--head-dim", type=int, default=16)
-    p.add_argument("--tokens", type=float, default=2e6,
-                   help="training tokens D (default 2e6); for vit, training images")
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--tokens", type=float, default=None,
+                   help=f"training tokens D (default {TEXT_TOKENS:g}); for vit, training "
+                        f"images (default {IMAGES:g})")
+    p.add_argument("--seq-len", type=int, default=None, help="text families (default 128)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of steps")
@@ -53,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vit (required): patch side in pixels, dividing the image side")
     p.add_argument("--image-size", type=int, default=None,
                    help="vit with a folder or Hugging Face corpus: resize images to this side")
-    p.add_argument("--tokenizer", default="bytes", choices=["bytes", "chars", "bpe"])
+    p.add_argument("--tokenizer", default=None, choices=["bytes", "chars", "bpe"],
+                   help="text families (default bytes)")
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--experiment", default="single-runs", help="MLflow experiment name")
@@ -75,8 +79,9 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
                  "patch_size": args.patch_size}
     cfg = make_config(args.family, args.n_layer, args.d_model,
                       vocab_size=model_vocab_size(args.family, data.vocab_size),
-                      seq_len=args.seq_len, head_dim=args.head_dim, **image)
-    steps = max(1, round(args.tokens / (args.batch_size * cfg.seq_len)))
+                      seq_len=args.seq_len or 128, head_dim=args.head_dim, **image)
+    units = args.tokens or (IMAGES if image else TEXT_TOKENS)
+    steps = max(1, round(units / (args.batch_size * cfg.seq_len)))
     warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
     return RunSpec(
         sweep=args.experiment, model=cfg, data=data_spec,
@@ -101,9 +106,15 @@ def _data_spec(args: argparse.Namespace) -> DataSpec:
     if not images and (args.patch_size is not None or args.image_size is not None):
         raise ValueError(f"--patch-size and --image-size are for family 'vit', not "
                          f"{args.family!r}")
+    if images and (given := [f for f, v in (("--tokenizer", args.tokenizer),
+                                             ("--seq-len", args.seq_len)) if v is not None]):
+        raise ValueError(f"{' and '.join(given)}: family 'vit' reads images, not text")
+    if images and corpus == "images:digits" and args.image_size is not None:
+        raise ValueError("--image-size: images:digits are 8x8 and not resized")
     if not 0.0 < args.val_fraction < 1.0:
         raise ValueError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
-    return DataSpec(corpus=corpus, tokenizer=args.tokenizer, val_fraction=args.val_fraction,
+    return DataSpec(corpus=corpus, tokenizer=args.tokenizer or DataSpec().tokenizer,
+                    val_fraction=args.val_fraction,
                     image_size=args.image_size)
 
 

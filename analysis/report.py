@@ -189,9 +189,10 @@ def staged_folder(target: Path) -> Iterator[Path]:
 
 def _no_samples_reason(args: argparse.Namespace, runs) -> str:
     """Why the report has no text samples."""
-    if runs.masked:
-        return (f"Not applicable: {runs.family()} is a masked language model; it predicts "
-                "masked tokens from both sides and does not generate text.")
+    if not runs.generates:
+        what = ("a masked language model; it predicts masked tokens from both sides" if
+                runs.masked else "an image classifier")
+        return f"Not applicable: {runs.family()} is {what} and does not generate text."
     if args.export:
         return "Not available: the report was made from an export, without the checkpoints."
     return "Not available: published data has no checkpoints."
@@ -247,7 +248,7 @@ def write_report(args: argparse.Namespace) -> Path:
             figures = draw_all(Context(result, result.fitted_runs, curves), tmp / "figures")
             _log(f"report: {sum(d.path is not None for d in figures.values())} figures in "
                  f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
-            samples = jobs.results() if jobs is not None and not runs.masked else None
+            samples = jobs.results() if jobs is not None and runs.generates else None
             info = ReportInput(
                 name=name, command=regenerate_command(args), runs=runs, figures=figures,
                 export_command=_export_command(args, name, out) if args.sweep else None,

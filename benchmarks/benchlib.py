@@ -30,7 +30,7 @@ import torch
 
 from pipeline import flops, keys
 from pipeline.data import load_data
-from pipeline.families import ModelConfig, make_config
+from pipeline.families import TEXT_FAMILIES, ModelConfig, make_config, model_vocab_size
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, train
 
@@ -184,7 +184,12 @@ def measure_peak(reps: int = 5) -> Peak:
 
 
 def ladder_config(family: str, n_layer: int, d_model: int, seq_len: int = SEQ_LEN) -> ModelConfig:
-    return make_config(family, n_layer, d_model, vocab_size=256, seq_len=seq_len, head_dim=16)
+    """A text family's shape on byte tokens (bert: + [MASK]); vit has no token ladder."""
+    if family not in TEXT_FAMILIES:
+        raise SystemExit(f"error: the benchmarks train on text; family {family!r} is not one "
+                         f"of {', '.join(TEXT_FAMILIES)}")
+    return make_config(family, n_layer, d_model, vocab_size=model_vocab_size(family, 256),
+                       seq_len=seq_len, head_dim=16)
 
 
 def make_spec(cfg: ModelConfig, steps: int, *, batch: int = BATCH, precision: str = "fp32",

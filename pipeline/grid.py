@@ -65,9 +65,9 @@ def vocab_size_for(cfg: SweepConfig) -> int | None:
 def _model_vocab(cfg: SweepConfig, vocab_size: int | None) -> int:
     """The models' vocabulary: the tokenizer's (vocab_size, or known from the settings) plus
     the family objective's own tokens (bert's [MASK]: families.model_vocab_size)."""
-    vocab = vocab_size or vocab_size_for(cfg)
-    if vocab is None:
-        raise ValueError("vocab_size must be given for the chars tokenizer (read the corpus)")
+    if (vocab := vocab_size or vocab_size_for(cfg)) is None:
+        raise ValueError("vocab_size must be given: the chars tokenizer's vocabulary and an "
+                         "image folder's classes are read from the data")
     return model_vocab_size(cfg.family, vocab)
 
 

@@ -283,12 +283,17 @@ def test_the_single_run_cli_refuses_bad_image_settings_in_one_line(
 def test_the_analysis_counts_images_and_nats_per_image_for_vit() -> None:
     from analysis.runs.table import runs_from_arrays
 
-    runs = runs_from_arrays([1e4, 2e4, 4e4], [1e5, 5e4, 2.5e4], [0.3, 0.25, 0.28])
+    runs = runs_from_arrays([1e4, 2e4, 4e4], [1e5, 5e4, 2.5e4], [0.3, 0.25, 0.28],
+                            extra={"image_size": [8] * 3, "patch_size": [2] * 3})
     assert (runs.data_unit, runs.loss_unit) == ("tokens", "nats/token")
+    assert runs.generates and runs.tokens_per_unit == 1.0
     for family, units in (("vit", ("images", "nats/image")),
                           ("bert", ("tokens", "nats/masked token"))):
         runs.frame["family"] = family
-        assert (runs.data_unit, runs.loss_unit) == units
+        assert (runs.data_unit, runs.loss_unit) == units and not runs.generates
+    assert runs.tokens_per_unit == 1.0  # bert
+    runs.frame["family"] = "vit"
+    assert runs.tokens_per_unit == 17.0  # C = 6·N·17·D on vit's iso-compute lines
 
 
 def test_vit_refuses_a_window_sampling_and_data_parallel_runs() -> None:

@@ -107,8 +107,9 @@ def approach3_figure(ctx: Context) -> Figure:
     filled = ax.contourf(nn, dd, surface, levels=levels, cmap=LOSS_CMAP, extend="max")
     ax.contour(nn, dd, surface, levels=levels, colors="white", linewidths=0.4, alpha=0.7)
     fig.colorbar(filled, ax=ax, label=f"predicted loss L(N, D) ({ctx.runs.loss_unit})", pad=0.01)
+    per_unit = ctx.runs.tokens_per_unit  # vit: C = 6·N·S·D, D in images
     for budget in _compute_levels(ctx):
-        ax.plot(ng, budget / (6.0 * ng), color="white", ls=":", lw=0.9)
+        ax.plot(ng, budget / (6.0 * per_unit * ng), color="white", ls=":", lw=0.9)
     cg = np.geomspace(6 * ng[0] * dg[0], 6 * ng[-1] * dg[-1], 300)
     ax.plot(fit.n_opt(cg), fit.d_opt(cg), color=HIGHLIGHT, lw=2.4,
             label=f"compute-optimal frontier (a = {fit.a:.3f})")

@@ -103,9 +103,11 @@ def data_lines(runs: RunsTable) -> list[str]:
     lines = []
     corpus = ", ".join(_distinct(runs, "data_corpus")) or "not recorded"
     tokenizer = ", ".join(_distinct(runs, "data_tokenizer")) or "not recorded"
-    lines.append(f"corpus: {corpus}; tokenizer: {tokenizer}")
+    lines.append(f"corpus: {corpus}" if runs.images else
+                 f"corpus: {corpus}; tokenizer: {tokenizer}")
+    data = "image data (split)" if runs.images else "token data"
     for column, what in (("corpus_fingerprint", "corpus fingerprint (sha256)"),
-                         ("data_fingerprint", "token data fingerprint (sha256)")):
+                         ("data_fingerprint", f"{data} fingerprint (sha256)")):
         values = _distinct(runs, column)
         missing = int((runs.frame[column].fillna("").astype(str) == "").sum()) \
             if column in runs.frame.columns else len(runs)

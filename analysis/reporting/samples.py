@@ -140,8 +140,8 @@ class SampleJobs:
 def sample_jobs(runs: RunsTable, *, tracking_uri: str | None, prompt: str = PROMPT,
                 timeout_s: float = TIMEOUT_S) -> Iterator[SampleJobs]:
     """Start the samples; whatever happens in the block, no subprocess outlives it."""
-    # A masked LM does not generate (pipeline.sample refuses it): nothing to start.
-    picked = [] if runs.masked else pick_runs(runs)
+    # A masked LM or a classifier does not generate (pipeline.sample refuses it).
+    picked = pick_runs(runs) if runs.generates else []
     jobs = SampleJobs(picked, prompt=prompt, tracking_uri=tracking_uri, timeout_s=timeout_s)
     try:
         yield jobs

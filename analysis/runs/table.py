@@ -136,6 +136,21 @@ class RunsTable:
         return FAMILY_OBJECTIVES.get(family or "", "causal") == "masked"
 
     @property
+    def generates(self) -> bool:
+        """Whether the runs' models generate text (causal LMs: samples can be drawn)."""
+        return FAMILY_OBJECTIVES.get(self.family() or "", "causal") == "causal"
+
+    @property
+    def tokens_per_unit(self) -> float:
+        """Tokens a unit of D makes: 1 (text), an image's patches + [CLS] (vit, from the
+        runs' image_size and patch_size; 1 when they are not recorded)."""
+        frame = self.frame
+        if not self.images or not {"image_size", "patch_size"} <= set(frame.columns):
+            return 1.0
+        side = (frame["image_size"] / frame["patch_size"]).dropna()
+        return float((side.median() ** 2) + 1) if not side.empty else 1.0
+
+    @property
     def images(self) -> bool:
         """Whether the runs are of an image family (vit): D counts images, not tokens."""
         family = self.family()

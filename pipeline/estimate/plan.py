@@ -110,9 +110,11 @@ def too_big(specs: list[RunSpec], est: PlanEstimate, where: str) -> list[str]:
         m = est.memory[s.run_id]
         if m.total > limit:
             micro = s.exec.micro_batch_size or s.train.batch_size
+            per_pass = (f"{micro} images of {s.model.positions} tokens" if s.model.is_image
+                        else f"{micro} x {s.model.seq_len} tokens")
             out.append(
                 f"{where}: run {s.run_id} (L{s.model.n_layer} d{s.model.d_model}, "
-                f"N={flops.params_total(s.model):,}, {micro} x {s.model.seq_len} tokens a "
+                f"N={flops.params_total(s.model):,}, {per_pass} a "
                 f"pass) needs ~{_size(m.total)} at its peak (weights, gradients and "
                 f"AdamW {(m.weights + m.gradients + m.optimizer) / GIB:.1f}, activations "
                 f"{m.activations / GIB:.1f}, logits {m.logits / GIB:.1f}), more than "

@@ -477,8 +477,10 @@ def _fitted_words(result: Analysis) -> str:
         parts.append(f"{repeats} that repeated their data left out (--max-epochs)")
     if sel.repeated:
         parts.append(f"{len(sel.repeated)} fitted run(s) repeat their data, up to "
-                     f"{max(e for _, e in sel.repeated):.2f} epochs: their losses are lower "
-                     f"than fresh tokens would give (--max-epochs 1 leaves them out)")
+                     f"{max(e for _, e in sel.repeated):.2f} epochs: repeated data is worth "
+                     f"less than fresh (Muennighoff et al. 2023), so their held-out losses are "
+                     f"higher than fresh {result.fitted_runs.data_unit} would give "
+                     f"(--max-epochs 1 leaves them out)")
     if not parts:
         return ""
     return f"; the fits use {len(sel.fitted)} points ({'; '.join(parts)})"

@@ -24,7 +24,7 @@ from pipeline.sample import SampleError, sample_text
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, Stopped, train
 from pipeline.train.cli import main as train_cli
-from pipeline.vision.data import batch_indices, images_seen, load_images
+from pipeline.vision.data import batch_indices, image_batch, images_seen, load_images
 from pipeline.vision.sources import image_source_problem, parse_image_source
 
 DIGITS = DataSpec(corpus="images:digits", val_fraction=0.2)
@@ -138,6 +138,10 @@ def test_a_class_per_folder_corpus_loads_resized_rgb(tmp_path: Path) -> None:
                                 val_fraction=0.3))
     assert data.classes == ("cats", "dogs") and data.vocab_size == 2
     assert data.train.shape[1:] == (3, 6, 6)  # grey and odd sizes: RGB, resized
+    assert data.train.dtype == np.uint8  # pixels kept as bytes; a batch is scaled to [0, 1]
+    images, labels = image_batch(data, 4, 0, 0)
+    assert images.dtype == torch.float32 and float(images.min()) >= 0.0
+    assert float(images.max()) <= 1.0 and float(images.max()) > 0.5 and labels.dtype == torch.int64
     assert len(data.train) + len(data.val) == 6 and len(data.val) == 2
 
 

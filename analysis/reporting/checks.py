@@ -93,7 +93,8 @@ def noise_section(result: Analysis) -> list[Block]:
         split = result.noise_split
         ratios = split.n_over_n_opt if split is not None else (float("nan"),) * noise.n_groups
         blocks.append(Table(
-            ("N", f"D ({result.fitted_runs.data_unit})", "budget", "N / N_opt", "seeds", "mean loss", "std over seeds"),
+            ("N", f"D ({result.fitted_runs.data_unit})", "budget", "N / N_opt", "seeds",
+             "mean loss", "std over seeds"),
             tuple((fmt(g.N), fmt(g.D), fmt(g.budget), fmt(r), ", ".join(map(str, g.seeds)),
                    f"{g.mean_loss:.4f}", fmt(g.std_loss))
                   for g, r in zip(noise.groups[:MAX_GROUP_ROWS], ratios, strict=False)),
@@ -132,7 +133,8 @@ def noise_section(result: Analysis) -> list[Block]:
     if result.residuals:
         rows = tuple((r.what, str(r.n_points), str(r.n_params), fmt(r.rms),
                       fmt(r.expected_rms), fmt(r.ratio)) for r in result.residuals)
-        blocks.append(Table(("fit", "points", "parameters", f"residual RMS ({result.fitted_runs.loss_unit})",
+        unit = result.fitted_runs.loss_unit
+        blocks.append(Table(("fit", "points", "parameters", f"residual RMS ({unit})",
                              "RMS from noise alone", "ratio"), rows,
                             (False, True, True, True, True, True)))
         blocks.append(Paragraph(
@@ -253,12 +255,14 @@ def schedules_section(result: Analysis) -> list[Block]:
                      fmt(p.branched)))
     se = comp.se_difference
     mean = (f"Mean difference over {len(comp.pairs)} pair(s): {comp.mean_difference:+.4f} "
-            f"{result.fitted_runs.loss_unit}" + ("" if se is None else f" ± {fmt(se)} (standard error)") + ".")
+            f"{result.fitted_runs.loss_unit}"
+            + ("" if se is None else f" ± {fmt(se)} (standard error)") + ".")
     noise = ("" if comp.sigma is None else
              f" z = difference / (σ·sqrt(1/n_cosine + 1/n_wsd)), σ = {fmt(comp.sigma)}: "
              "|z| below about 2 is a difference the seeds alone could make.")
     return [Heading("WSD branches vs cosine runs"),
-            Table(("shape", "N", f"D ({result.fitted_runs.data_unit})", "cosine loss (runs)", "WSD loss (runs)",
+            Table(("shape", "N", f"D ({result.fitted_runs.data_unit})", "cosine loss (runs)",
+                   "WSD loss (runs)",
                    "WSD − cosine", "relative", "z", "branched"), tuple(rows),
                   (False, True, True, True, True, True, True, True, False)),
             Paragraph(f"Cells trained with both schedules (seeds of a schedule averaged). "

@@ -48,7 +48,8 @@ def kaplan_figure(ctx: Context) -> Figure:
     if fit.l_of_n is not None:
         panels.append(("L(N)", n_k, fit.l_of_n, n_name, "N"))
     if fit.l_of_d is not None:
-        panels.append(("L(D)", ctx.runs.column("D"), fit.l_of_d, f"training {ctx.runs.data_unit} D", "D"))
+        panels.append(("L(D)", ctx.runs.column("D"), fit.l_of_d,
+                       f"training {ctx.runs.data_unit} D", "D"))
     env = None
     if fit.l_of_c is not None:
         try:

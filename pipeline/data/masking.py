@@ -7,8 +7,8 @@ chosen positions only (targets elsewhere are IGNORE), so it is in nats per maske
 Why a pure function: a run resumed at step k masks its batches exactly as an uninterrupted
 run would, with no RNG state in the checkpoint (as pipeline.data.batches draws windows). The
 validation windows are masked with a stream that depends on the window's index only, not on
-the run's seed or batch size: every run of every sweep with the same rate is scored on the same masked
-positions, so their losses compare.
+the run's seed or batch size: every run of every sweep with the same rate is scored on the
+same masked positions, so their losses compare.
 
 Each window has at least one chosen position (the one with the smallest draw, when none was
 drawn below the rate): a window without one would have no loss. At BERT's 15% this changes a

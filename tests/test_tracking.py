@@ -359,6 +359,14 @@ def test_cli_trains_once_and_then_skips_the_finished_run(tmp_path: Path, corpus:
     assert final_ckpt.stat().st_mtime_ns == mtime
 
 
+def fail_at_30(spec: RunSpec):
+    """pipeline.trial's failure hook for tests: the run raises after its step 30."""
+    def hook(done: int) -> None:
+        if done == 30:
+            raise RuntimeError("stop at 30")
+    return hook
+
+
 def test_cli_no_resume_starts_from_scratch(
     uri: str, tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -371,12 +379,6 @@ def test_cli_no_resume_starts_from_scratch(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     args = [*CLI_ARGS, "--tokens", "6400", "--corpus", str(corpus), "--experiment", "cli-resume",
             "--checkpoint-interval", "10"]  # 50 steps, a checkpoint every 10
-
-    def fail_at_30(spec: RunSpec):
-        def hook(done: int) -> None:
-            if done == 30:
-                raise RuntimeError("stop at 30")
-        return hook
 
     monkeypatch.setattr(pipeline.trial, "_failure_hook", fail_at_30)
     assert main(args) == 1
@@ -411,12 +413,6 @@ def test_cli_trains_logs_and_resumes_the_other_families(
     args = ["--family", family, "--n-layer", "1", "--d-model", "16", "--batch-size", "4",
             "--tokens", "200" if family == "vit" else "6400", *corpus_args, *extra,
             "--experiment", f"cli-{family}", "--checkpoint-interval", "10"]  # 50 steps
-
-    def fail_at_30(spec: RunSpec):
-        def hook(done: int) -> None:
-            if done == 30:
-                raise RuntimeError("stop at 30")
-        return hook
 
     monkeypatch.setattr(pipeline.trial, "_failure_hook", fail_at_30)
     assert main(args) == 1

@@ -130,15 +130,25 @@ class RunsTable:
         return None if fams.empty else str(fams.value_counts().index[0])
 
     @property
+    def objective(self) -> str:
+        """What the runs' family predicts (pipeline.families.FAMILY_OBJECTIVES): "causal"
+        for text models and for published data, "masked" (bert) or "classify" (vit)."""
+        return FAMILY_OBJECTIVES.get(self.family() or "", "causal")
+
+    @property
     def masked(self) -> bool:
         """Whether the runs are of a masked-LM family (their loss is per masked token)."""
-        family = self.family()
-        return FAMILY_OBJECTIVES.get(family or "", "causal") == "masked"
+        return self.objective == "masked"
 
     @property
     def generates(self) -> bool:
         """Whether the runs' models generate text (causal LMs: samples can be drawn)."""
-        return FAMILY_OBJECTIVES.get(self.family() or "", "causal") == "causal"
+        return self.objective == "causal"
+
+    @property
+    def images(self) -> bool:
+        """Whether the runs are of an image family (vit): D counts images, not tokens."""
+        return self.objective == "classify"
 
     @property
     def tokens_per_unit(self) -> float:
@@ -149,12 +159,6 @@ class RunsTable:
             return 1.0
         side = (frame["image_size"] / frame["patch_size"]).dropna()
         return float((side.median() ** 2) + 1) if not side.empty else 1.0
-
-    @property
-    def images(self) -> bool:
-        """Whether the runs are of an image family (vit): D counts images, not tokens."""
-        family = self.family()
-        return FAMILY_OBJECTIVES.get(family or "", "causal") == "classify"
 
     @property
     def loss_unit(self) -> str:

@@ -34,12 +34,15 @@ def test_one_holder_at_a_time_and_release(uri: str) -> None:
 
 
 def test_an_expired_lease_is_taken_over_and_renewal_keeps_it(uri: str) -> None:
-    a, b = Leases(uri, "s", ttl_s=0.5), Leases(uri, "s")
+    # TTL 2 s: a store call on a loaded 2-core machine can take a few hundred ms (with 0.5 s,
+    # b's claim right after the renewal once came after the expiry).
+    a, b = Leases(uri, "s", ttl_s=2.0), Leases(uri, "s")
     assert a.claim("r1") is None and a.claim("r2") is None
-    time.sleep(0.3)
-    a.renew()  # r1 and r2 now live 0.5 s from here
+    time.sleep(1.2)
+    a.renew()  # r1 and r2 now live 2 s from here, past the original expiry
+    time.sleep(1.0)
     assert b.claim("r1") is not None
-    time.sleep(0.7)  # a stopped renewing (its driver hangs or its host is gone)
+    time.sleep(1.5)  # a stopped renewing (its driver hangs or its host is gone)
     assert b.claim("r1") is None and b.claim("r2") is None
     assert len(MlflowClient(tracking_uri=uri).search_registered_models()) == 2  # no leftovers
 

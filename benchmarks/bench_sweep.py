@@ -6,7 +6,7 @@ A small plan is built in code (an IsoFLOP sweep file parsed with pipeline.config
 expanded with pipeline.grid.expand: one budget, 4 gpt shapes, ~10 s of CPU each, the default
 recipe: 8 evaluations plus the final one). The same RunSpecs run
   (a) in a loop of pipeline.train.train(spec, NullTracker()) in one process, and
-  (b) through pipeline.sweep.run_sweep: a fresh sqlite MLflow store, a local Ray with
+  (b) through pipeline.driver.runner.run_sweep: a fresh sqlite MLflow store, a local Ray with
       --cpus 1 (so runs go one at a time), checkpoints at every evaluation (the default),
 each path in its own subprocess, (a) before and after (b) (the mean of the two is the
 reference). Overhead = (b - a) / b, by the wall clock and by CPU seconds of the whole process
@@ -105,7 +105,7 @@ def loop_worker(budget: float) -> dict:
 def sweep_worker(budget: float, root: str) -> dict:
     import ray
 
-    import pipeline.sweep as sweep
+    import pipeline.driver.runner as runner
     import pipeline.tracking as tracking
     from pipeline.data import load_data
     from pipeline.tracking import default_tracking_uri
@@ -123,11 +123,11 @@ def sweep_worker(budget: float, root: str) -> dict:
                 parts[name] = parts.get(name, 0.0) + time.perf_counter() - t
         return wrapper
 
-    with bl.patched((sweep, "_init_ray", timed("ray_init", sweep._init_ray)),
+    with bl.patched((runner, "init_ray", timed("ray_init", runner.init_ray)),
                     (ray, "shutdown", timed("ray_shutdown", ray.shutdown)),
                     (tracking, "prepare_store", timed("mlflow_store", tracking.prepare_store))):
         t0 = time.perf_counter()
-        results = sweep.run_sweep(cfg, p, data, address=None, uri=default_tracking_uri(),
+        results = runner.run_sweep(cfg, p, data, address=None, uri=default_tracking_uri(),
                                   checkpoint_root=Path(root) / "ckpt", cpus=1)
         wall = time.perf_counter() - t0
     statuses = sorted({r["status"] for r in results.values()})

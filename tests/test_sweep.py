@@ -81,6 +81,9 @@ def test_sweep_runs_everything_then_reruns_nothing(
         budget = float(tags[keys.TAG_BUDGET])
         assert abs(metrics[keys.flops_key("exact")] / budget - 1) < 0.01
         assert params["model.family"] == "gpt"
+        # A CPU sweep's local Ray hides GPUs from its workers (through the raylet's
+        # environment: pipeline.driver.runner.init_ray), whatever the machine has.
+        assert tags["cuda_visible_devices"] == ""
         history = client.get_metric_history(run.info.run_id, keys.VAL_LOSS)
         assert len(history) >= 4  # a curve the UI can overlay
     assert "finished" in first.stdout
@@ -430,3 +433,16 @@ def test_holdout_without_a_main_fit_is_reported_and_keeps_the_main_runs(
     assert len(runs) == 4
     assert all(r.data.tags[keys.TAG_STATUS] == keys.STATUS_FINISHED for r in runs)
     assert all(r.data.tags[keys.TAG_ROLE] == keys.ROLE_MAIN for r in runs)
+
+
+def test_the_environment_given_to_a_local_ray_is_restored_after_it(monkeypatch) -> None:
+    from pipeline.driver.runner import _environ
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.delenv("SCALING_TEST_UNSET", raising=False)
+    with _environ({"CUDA_VISIBLE_DEVICES": "", "SCALING_TEST_UNSET": "x"}):
+        assert os.environ["CUDA_VISIBLE_DEVICES"] == "" and os.environ["SCALING_TEST_UNSET"] == "x"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1" and "SCALING_TEST_UNSET" not in os.environ
+    with pytest.raises(RuntimeError), _environ({"CUDA_VISIBLE_DEVICES": ""}):
+        raise RuntimeError("ray.init failed")
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"

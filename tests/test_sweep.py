@@ -161,6 +161,22 @@ def _raylets_below(root: Path) -> list[int]:
             if str(root) in line and ("raylet" in line or "gcs_server" in line)]
 
 
+def _trial_workers(tmp_path: Path) -> list[int]:
+    """PIDs of the Ray workers training runs of the sweep whose store is in tmp_path (their
+    environment names it: another test's sweep may run beside this one)."""
+    needle = f"MLFLOW_TRACKING_URI=sqlite:///{tmp_path / 'mlflow.db'}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit()
+                    and (entry / "cmdline").read_bytes().startswith(b"ray::run_trial")
+                    and needle in (entry / "environ").read_bytes()):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
 def _steps(sweep: Path) -> dict[str, int]:
     """run_id -> steps of a sweep file's runs."""
     from pipeline.config import load_sweep
@@ -207,7 +223,17 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
         assert proc.poll() is None, "sweep ended before it could be killed"
         assert finished_before, "no run finished before the deadline"
         assert mid_run, "no run was seen checkpointed and at most half-way"
-        os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray's own reaper must clean up
+        # The driver and its training workers die at once (workers frozen first, so none
+        # takes another step): left alone, a worker trains on until Ray's cleanup reaches it
+        # (2-3 s alone, longer on a loaded machine), enough for these runs to finish and leave
+        # nothing interrupted. The raylet and GCS are left to Ray's own reaper.
+        busy = _trial_workers(tmp_path)
+        assert busy, "no training worker found to kill with the driver"
+        for pid in busy:
+            os.kill(pid, signal.SIGSTOP)
+        os.kill(proc.pid, signal.SIGKILL)
+        for pid in busy:
+            os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:

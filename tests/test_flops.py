@@ -1,4 +1,4 @@
-"""Tests of pipeline.flops (and grid.nearest_shape) against the built model and the paper.
+"""Tests of pipeline.flops (and shapes.nearest_shape) against the built model and the paper.
 
 Three independent references:
   * the torch model: analytic parameter counts == sum(p.numel()) of pipeline.model.Transformer;
@@ -42,8 +42,8 @@ from pipeline.flops import (
     tokens_for_budget,
     training_flops,
 )
-from pipeline.grid import nearest_shape
 from pipeline.model import Transformer
+from pipeline.shapes import nearest_shape
 
 
 def test_accounting_imports_no_torch() -> None:

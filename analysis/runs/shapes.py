@@ -82,7 +82,7 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
     are recorded; otherwise gpt / 256 / 256 / the rule's default head size.
     """
     try:
-        from pipeline import families, grid
+        from pipeline import families, shapes
         from pipeline import flops as flop_counts
     except ImportError as err:  # analysis without the pipeline package
         return f"pipeline is not importable ({err})"
@@ -102,7 +102,7 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
         image = (corpus, int(geometry["patch_size"]))
     try:
         rule = families.ShapeRule(head_dim=head_dim, **geometry)
-        cfg = grid.nearest_shape(family, n_target, rule, vocab_size=vocab, seq_len=seq_len)
+        cfg = shapes.nearest_shape(family, n_target, rule, vocab_size=vocab, seq_len=seq_len)
     except families.ShapeError as err:
         return str(err)
     n_total = flop_counts.params_total(cfg)

@@ -27,6 +27,7 @@ from pipeline.families import (
     data_unit,
     make_config,
     model_vocab_size,
+    objective,
     shape_for_depth,
     shape_for_size,
     shape_for_width,
@@ -209,13 +210,17 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
     (its own, or the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
     recipe = t.scaling_recipe()
+    eval_batches = recipe.eval_batches(t.eval_batches, batch)
+    # vit scores its whole validation split (eval_batches is unused), outside eval_budget.
+    evals = (t.evals_per_run if objective(cfg.family) == "classify"
+             else recipe.evals_per_run(t.evals_per_run, steps, eval_batches))
     return TrainSpec(
         batch_size=batch, lr=recipe.peak_lr(base_lr, model.d_model, batch),
         min_lr_ratio=t.min_lr_ratio, warmup_steps=recipe.warmup_steps(warmup_of),
         schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
-        beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=t.evals_per_run,
-        eval_batches=recipe.eval_batches(t.eval_batches, batch), precision=t.precision,
+        beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=evals,
+        eval_batches=eval_batches, precision=t.precision,
         sampling=t.sampling, mask_rate=t.mask_rate,
     )
 
@@ -330,8 +335,9 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
             shared = schedule == "wsd" and t.wsd_reuse
             train = _train_spec(cfg, cell.model, steps, batch, seed, base_lr, schedule,
                                 longest[cell.model] if shared else steps)
-            # Default: a checkpoint at every evaluation, so a lost run redoes at most 1/8 of it.
-            ckpt = cfg.resources.checkpoint_interval or train.resolved_eval_interval(steps)
+            # Default: a checkpoint every 1/evals_per_run of the run (at every evaluation where
+            # eval_budget leaves them all), so a lost run redoes at most 1/8 of it.
+            ckpt = cfg.resources.checkpoint_interval or max(1, steps // t.evals_per_run)
             exec_spec = ExecSpec(threads=cfg.resources.num_cpus, checkpoint_interval=ckpt,
                                  micro_batch_size=_micro_batch(cfg, cell.model, train),
                                  workers=_workers(cfg, cell.model),
@@ -382,7 +388,9 @@ def _share_trunks(specs: list[RunSpec]) -> list[RunSpec]:
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, s in enumerate(specs):
         if s.train.schedule == "wsd":
-            groups[(s.model, s.data, s.train, s.role)].append(i)
+            # Evaluations never change the trajectory (eval_budget gives the lengths their
+            # own counts), so runs that differ in them share a trunk too.
+            groups[(s.model, s.data, replace(s.train, evals_per_run=0), s.role)].append(i)
     out = list(specs)
     for members in groups.values():
         trunk = max(members, key=lambda i: (specs[i].steps, i))

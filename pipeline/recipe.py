@@ -61,6 +61,13 @@ class ScalingRecipe:
     """batch_rule_steps only: the smallest batch (a power of two)."""
     batch_max: int = 128
     """batch_rule_steps only: the largest batch (a power of two)."""
+    eval_budget: float | None = 0.05
+    """Evaluation costs at most this share of a run's training compute: a run keeps its final
+    evaluation (every run scores the same held-out tokens) and as many of the evals_per_run
+    evaluations along the way as fit. None: no cap. Measurement: the single-run CLI's 1M-token
+    run (batch 64) spent 590k forward tokens, ~20% of its training compute, on 9 evaluations
+    of 8 x 64 sequences, which made it 0.76x a plain training loop (issue 21, BENCHMARKS.md);
+    the chinchilla study's runs spend 0.1-1%, so its runs keep every evaluation."""
 
     def batch_for(self, tokens: float, seq_len: int) -> int:
         """Sequences per step of a run of `tokens` tokens (batch_rule_steps, or batch_size)."""
@@ -83,6 +90,18 @@ class ScalingRecipe:
         if self.warmup_min_steps:
             warmup = max(warmup, min(self.warmup_min_steps, steps // 5))
         return warmup
+
+    def evals_per_run(self, evals_per_run: int, steps: int, eval_batches: int) -> int:
+        """Evaluations along a run of `steps` steps, besides its final one: evals_per_run, or
+        fewer where eval_budget binds. An evaluation of `eval_batches` batches (of the run's
+        own batch) is a forward pass only, about a third of a training step's FLOPs per batch
+        (forward 2N of 6N per token), so the run's evaluations cost about
+        (k + 1) x eval_batches / 3 training steps; k is the largest count within the budget,
+        at least 0. The final evaluation is never dropped, even where it alone exceeds it."""
+        if self.eval_budget is None:
+            return evals_per_run
+        affordable = 3 * self.eval_budget * steps / eval_batches  # evaluations in the budget
+        return max(0, min(evals_per_run, math.floor(affordable + 1e-9) - 1))
 
     def eval_batches(self, eval_batches: int, batch: int) -> int:
         """Evaluation batches at `batch`: the same eval_batches x batch_size sequences for

@@ -309,6 +309,8 @@ def test_vit_refuses_a_window_sampling_and_data_parallel_runs() -> None:
         parse_sweep(base + "resources: {workers_per_run: 2}\n", "x.yaml")
     with pytest.raises(SweepError, match=r"train\.eval_batches: is ignored by family 'vit'"):
         parse_sweep(base + "train: {eval_batches: 3}\n", "x.yaml")
+    with pytest.raises(SweepError, match=r"train\.eval_budget: is ignored by family 'vit'"):
+        parse_sweep(base + "train: {eval_budget: 0.1}\n", "x.yaml")
     with pytest.raises(SweepError, match=r"train\.variants\[0\]\.sampling: is ignored"):
         parse_sweep(base + "train: {variants: [{sampling: shuffled}]}\n", "x.yaml")
 

@@ -128,8 +128,8 @@ class SweepConfig(Strict):
                         "image corpus (every image is resized to it)", _NO_VALUE))
         out += self._train_unused(("sampling",), "by family 'vit' (images are drawn without "
                                   "replacement, a new permutation each epoch)")
-        out += self._train_unused(("eval_batches",), "by family 'vit' (it scores the whole "
-                                  "validation split)")
+        out += self._train_unused(("eval_batches", "eval_budget"), "by family 'vit' (it "
+                                  "scores the whole validation split)")
         if self.resources.workers_per_run > 1:
             out.append((("resources", "workers_per_run"), "must be 1 with family 'vit' "
                         "(data-parallel image runs are not supported yet)",

@@ -165,9 +165,15 @@ class TrainSection(Strict):
     seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]], Field(min_length=1)] = [0]
     """One run per seed for every cell."""
     evals_per_run: PosInt = 8
-    """Evaluations along each run (plus one at the end)."""
+    """Evaluations along each run (plus one at the end), fewer where eval_budget binds."""
     eval_batches: PosInt = 8
-    """Fixed validation batches per evaluation."""
+    """Fixed validation batches per evaluation (of batch_size sequences: every run of the
+    sweep scores the same eval_batches * batch_size held-out sequences)."""
+    eval_budget: Annotated[float, Field(gt=0, le=1)] | None = ScalingRecipe.eval_budget
+    """Text families: the evaluations of a run cost at most this share of its training
+    compute (a forward pass is ~1/3 of a training step). A run whose evaluations would cost
+    more keeps its final evaluation and as many of the evals_per_run along the way as fit
+    (pipeline/recipe.py). null: every run makes evals_per_run evaluations."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
     mask_rate: Annotated[float, Field(gt=0, lt=1)] = _TRAIN_DEFAULTS.mask_rate

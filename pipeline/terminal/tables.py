@@ -47,6 +47,7 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
                 "D/N", "steps", "FLOPs (exact)", "est. time", "peak mem", "notes"):
         table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
     total_flops = total_time = trained_total = 0.0
+    precisions = {r.precision for r in cfg.train.recipes()}
     for s in plan.specs:
         m, n = s.model, flops.params_total(s.model)
         c = flops.training_flops(m, s.tokens, "exact")
@@ -62,6 +63,10 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
             t = s.train
             notes.append(f"batch {t.batch_size}, lr {t.lr:.3g}, warmup {t.warmup_steps}, "
                          f"wd {t.weight_decay:g}")
+        if len(precisions) > 1:
+            notes.append(s.train.precision)
+        if s.train.evals_per_run < cfg.train.evals_per_run:  # eval_budget binds
+            notes.append(f"evals {s.train.evals_per_run}")
         if s.role != keys.ROLE_MAIN:
             notes.append(s.role)
         if s.exec.branch_from:

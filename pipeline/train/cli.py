@@ -17,6 +17,7 @@ from pipeline import flops, keys
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
 from pipeline.families import FAMILIES, data_unit, make_config, model_vocab_size, objective
+from pipeline.recipe import ScalingRecipe
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.tracking import Ledger, default_tracking_uri
 from pipeline.trial import execute_trial
@@ -58,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vit with a folder or Hugging Face corpus: resize images to this side")
     p.add_argument("--tokenizer", default=None, choices=["bytes", "chars", "bpe"],
                    help="text families (default bytes)")
+    p.add_argument("--evals", type=int, default=TrainSpec().evals_per_run,
+                   help="evaluations along the run besides the final one (default "
+                        "%(default)s), fewer where --eval-budget binds")
+    p.add_argument("--eval-budget", type=float, default=None,
+                   help="text families: evaluations cost at most this share of the training "
+                        f"compute (default {ScalingRecipe.eval_budget}; 1 keeps every "
+                        "evaluation of a run of more than 3 steps)")
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--experiment", default="single-runs", help="MLflow experiment name")
@@ -71,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def spec_from_args(args: argparse.Namespace) -> RunSpec:
     """The run the options describe (builds the token cache once; the trial reloads it)."""
     mask_rate = _mask_rate(args)
+    _check_evals(args)
     data_spec = _data_spec(args)
     data = load_data(data_spec)
     image = {}
@@ -83,15 +92,31 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     units = args.tokens or (IMAGES if image else TEXT_TOKENS)
     steps = max(1, round(units / (args.batch_size * cfg.seq_len)))
     warmup = steps // 20 if args.warmup_steps is None else args.warmup_steps
+    eval_batches = TrainSpec().eval_batches
+    budget = ScalingRecipe.eval_budget if args.eval_budget is None else args.eval_budget
+    evals = (args.evals if image else ScalingRecipe(eval_budget=budget)
+             .evals_per_run(args.evals, steps, eval_batches))
     return RunSpec(
         sweep=args.experiment, model=cfg, data=data_spec,
         train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
                         schedule=args.schedule, seed=args.seed, precision=args.precision,
-                        mask_rate=mask_rate),
+                        mask_rate=mask_rate, evals_per_run=evals, eval_batches=eval_batches),
         steps=steps,
         exec=ExecSpec(threads=args.threads, device=args.device,
                       checkpoint_interval=args.checkpoint_interval),
     )
+
+
+def _check_evals(args: argparse.Namespace) -> None:
+    if args.evals < 0:
+        raise ValueError(f"--evals must be >= 0, got {args.evals}")
+    if args.eval_budget is None:
+        return
+    if not 0.0 < args.eval_budget <= 1.0:
+        raise ValueError(f"--eval-budget must be in (0, 1], got {args.eval_budget}")
+    if objective(args.family) == "classify":
+        raise ValueError(f"--eval-budget: family {args.family!r} scores its whole validation "
+                         "split at each evaluation; set --evals instead")
 
 
 def _data_spec(args: argparse.Namespace) -> DataSpec:

@@ -32,6 +32,7 @@ from pipeline.families import (
     shape_for_size,
     shape_for_width,
 )
+from pipeline.recipe import trained_precision
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
 
@@ -220,8 +221,8 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
         schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=evals,
-        eval_batches=eval_batches, precision=t.precision,
-        sampling=t.sampling, mask_rate=t.mask_rate,
+        eval_batches=eval_batches, sampling=t.sampling, mask_rate=t.mask_rate,
+        precision=t.precision,
     )
 
 
@@ -372,7 +373,8 @@ def _micro_batch(cfg: SweepConfig, model: ModelConfig, train: TrainSpec) -> int:
     if res.micro_batch_size == "auto":
         from pipeline.estimate.memory import GIB, micro_batch_to_fit
 
-        bf16 = train.precision == "bf16" or (train.precision == "auto" and res.num_gpus > 0)
+        kind = "cuda" if res.num_gpus > 0 else "cpu"
+        bf16 = trained_precision(train.precision, kind) == "bf16"
         micro = micro_batch_to_fit(model, batch, bf16, res.device_memory_gb * GIB)
     else:
         micro = min(res.micro_batch_size, batch)

@@ -55,6 +55,7 @@ TAG_GIT_COMMIT = "git_commit"  # commit of the code that planned the run ("" out
 TAG_GIT_DIRTY = "git_dirty"  # "true" when that checkout had uncommitted changes
 TAG_PYTHON = "python_version"
 TAG_TORCH = "torch_version"
+TAG_PRECISION = "precision"  # what the run trains in on its device: "bf16" (autocast) or "fp32"
 TAG_ROLE = "role"  # ROLE_MAIN (fitted) or ROLE_HOLDOUT (kept out of every fit, predicted)
 TAG_BRANCH_OF = "branch_of"  # WSD reuse: run_id of the trunk whose stable-phase state it starts from
 TAG_BRANCH_STEP = "branch_step"  # WSD reuse: the trunk step this run was branched at

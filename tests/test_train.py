@@ -21,7 +21,7 @@ from pipeline.data import CACHE_ENV, TokenData, load_data
 from pipeline.families import TEXT_FAMILIES, make_config, model_vocab_size
 from pipeline.flops import flops_per_token, params_non_embedding, params_total
 from pipeline.model import Transformer
-from pipeline.recipe import lr_at
+from pipeline.recipe import lr_at, trained_precision
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, RunResult, Stopped, make_optimizer, train
 
@@ -512,3 +512,20 @@ def test_checkpoint_into_an_unwritable_place_raises_checkpoint_error(tmp_path: P
 def test_run_result_defaults() -> None:
     r = RunResult("x", keys.STATUS_FINISHED, 1, 1, 1, 1, {})
     assert math.isnan(r.final_val_loss) and r.diverged_step is None and r.curve == {}
+
+
+@pytest.mark.parametrize("precision, device_type, trained", [
+    ("auto", "cpu", "fp32"), ("auto", "cuda", "bf16"), ("auto", "mps", "fp32"),
+    ("fp32", "cuda", "fp32"), ("bf16", "cpu", "bf16"), ("bf16", "cuda", "bf16"),
+])
+def test_one_rule_says_what_a_precision_trains_in(precision: str, device_type: str,
+                                                  trained: str) -> None:
+    assert trained_precision(precision, device_type) == trained
+
+
+@pytest.mark.parametrize("precision, tag", [("bf16", "bf16"), ("auto", "fp32")])
+def test_a_cpu_run_tags_the_precision_it_trains_in(precision: str, tag: str) -> None:
+    tracker = NullTracker()
+    result = train(make_spec(steps=6, precision=precision, eval_batches=1), tracker, data=None)
+    assert tracker.tags[keys.TAG_PRECISION] == tag
+    assert result.status == keys.STATUS_FINISHED and math.isfinite(result.final_val_loss)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from pipeline import flops
 from pipeline.estimate.device import CPU_MFU, CPU_PEAK_FLOPS_PER_THREAD, Target, ram_bytes
 from pipeline.estimate.memory import GIB, HEADROOM, MemoryEstimate, training_memory
+from pipeline.recipe import trained_precision
 from pipeline.spec import RunSpec
 
 # Calibration builds a model and times real steps: only shapes this machine affords, a
@@ -26,9 +27,8 @@ class PlanEstimate:
 
 
 def uses_bf16(spec: RunSpec, kind: str) -> bool:
-    """The trainer's rule (train._autocast): bf16 when asked, or auto on a CUDA device."""
-    p = spec.train.precision
-    return p == "bf16" or (p == "auto" and kind == "cuda")
+    """The trainer's rule (pipeline.recipe.trained_precision)."""
+    return trained_precision(spec.train.precision, kind) == "bf16"
 
 
 def run_memory(spec: RunSpec, kind: str) -> MemoryEstimate:

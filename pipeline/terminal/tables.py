@@ -13,6 +13,7 @@ from pipeline import flops, keys
 from pipeline.config import SweepConfig
 from pipeline.families import data_unit
 from pipeline.grid import Plan
+from pipeline.recipe import trained_precision
 from pipeline.spec import RunSpec
 from pipeline.terminal import console, say
 
@@ -47,7 +48,8 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
                 "D/N", "steps", "FLOPs (exact)", "est. time", "peak mem", "notes"):
         table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
     total_flops = total_time = trained_total = 0.0
-    precisions = {r.precision for r in cfg.train.recipes()}
+    kind = "cuda" if cfg.resources.num_gpus > 0 else "cpu"
+    precisions = {trained_precision(s.train.precision, kind) for s in plan.specs}
     for s in plan.specs:
         m, n = s.model, flops.params_total(s.model)
         c = flops.training_flops(m, s.tokens, "exact")
@@ -64,7 +66,7 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
             notes.append(f"batch {t.batch_size}, lr {t.lr:.3g}, warmup {t.warmup_steps}, "
                          f"wd {t.weight_decay:g}")
         if len(precisions) > 1:
-            notes.append(s.train.precision)
+            notes.append(trained_precision(s.train.precision, kind))
         if s.train.evals_per_run < cfg.train.evals_per_run:  # eval_budget binds
             notes.append(f"evals {s.train.evals_per_run}")
         if s.role != keys.ROLE_MAIN:
@@ -96,6 +98,9 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
         line += (f", {dur(total_time)} of run time, about {dur(total_time / slots)} wall "
                  f"with {slots} run(s) at a time")
     console.print(line)
+    if len(precisions) == 1:
+        console.print(f"precision: {precisions.pop()} on the {kind} "
+                      f"(train.precision {cfg.train.precision!r}; pipeline/recipe.py)")
     if est is not None:
         t = est.target
         where = (f"checked against {_bytes(t.memory)} ({t.memory_source}; a run fits under "

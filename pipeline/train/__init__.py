@@ -32,7 +32,7 @@ from pipeline.data.batches import unique_tokens_seen
 from pipeline.families import model_vocab_size
 from pipeline.ledger import ui
 from pipeline.model import build_model
-from pipeline.recipe import lr_at
+from pipeline.recipe import lr_at, trained_precision
 from pipeline.spec import RunSpec, branch_folder
 from pipeline.train import objective, parallel
 from pipeline.train.parallel import SINGLE, World
@@ -400,6 +400,7 @@ def train(
                bytes_per_token=(math.nan if cfg.is_image else data.bytes_per_token("val")),
                checkpoint_dir=checkpoint_dir,
                data_fingerprint=data.fingerprint, world=world, forward=forward)
+    tracker.set_tags({keys.TAG_PRECISION: trained_precision(t.precision, device.type)})
     tokens_per_step = run.tokens_per_step
     eval_every = t.resolved_eval_interval(spec.steps)
     log_every = max(1, spec.exec.log_interval)

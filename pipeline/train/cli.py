@@ -17,9 +17,10 @@ from pipeline import flops, keys
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
 from pipeline.families import FAMILIES, data_unit, make_config, model_vocab_size, objective
-from pipeline.recipe import ScalingRecipe
+from pipeline.recipe import ScalingRecipe, trained_precision
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.tracking import Ledger, default_tracking_uri
+from pipeline.train import pick_device
 from pipeline.trial import execute_trial
 from pipeline.vision.sources import is_image_corpus
 
@@ -67,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"compute (default {ScalingRecipe.eval_budget}; 1 keeps every "
                         "evaluation of a run of more than 3 steps)")
     p.add_argument("--device", default="auto")
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
+                   help="auto: bf16 autocast on CUDA, fp32 elsewhere")
     p.add_argument("--experiment", default="single-runs", help="MLflow experiment name")
     p.add_argument("--checkpoint-dir", default="checkpoints")
     p.add_argument("--checkpoint-interval", type=int, default=0)
@@ -173,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     record = existing or ledger.create_trial(spec, parent_run_id=None)
     print(f"run {spec.run_id}: {cfg.family} n_layer={cfg.n_layer} d_model={cfg.d_model} "
           f"N={flops.params_total(cfg):,} (non-emb {flops.params_non_embedding(cfg):,}) "
-          f"D={spec.tokens:,} {data_unit(cfg.family)} in {steps} steps; tracking at {uri}")
+          f"D={spec.tokens:,} {data_unit(cfg.family)} in {steps} steps, "
+          f"{trained_precision(spec.train.precision, pick_device(args.device).type)}, "
+          f"{(steps - 1) // spec.train.resolved_eval_interval(steps) + 1} evaluations; "
+          f"tracking at {uri}")
     ckpt = str(Path(args.checkpoint_dir).resolve() / args.experiment / spec.run_id)
     if not args.resume and Path(ckpt).exists():
         print(f"--no-resume: removing the run's checkpoints in {ckpt}; training from scratch")

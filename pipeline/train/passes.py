@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import torch
 
+from pipeline.recipe import trained_precision
 from pipeline.spec import RunSpec
 from pipeline.train.objective import eval_weights, is_masked, target_count
 
 
 def autocast_for(spec: RunSpec, device: torch.device):
     """bf16 autocast when the recipe asks for it, or for precision auto on a CUDA device."""
-    use_bf16 = spec.train.precision == "bf16" or (
-        spec.train.precision == "auto" and device.type == "cuda"
-    )
+    use_bf16 = trained_precision(spec.train.precision, device.type) == "bf16"
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
 
 

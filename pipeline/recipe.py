@@ -67,8 +67,9 @@ class ScalingRecipe:
     evaluation (every run scores the same held-out tokens) and as many of the evals_per_run
     evaluations along the way as fit. None: no cap. Measurement: the single-run CLI's 1M-token
     run (batch 64) spent 590k forward tokens, ~20% of its training compute, on 9 evaluations
-    of 8 x 64 sequences, which made it 0.76x a plain training loop (issue 21, BENCHMARKS.md);
-    the chinchilla study's runs spend 0.1-1%, so its runs keep every evaluation."""
+    of 8 x 64 sequences: 0.86x a plain training loop as a whole process, 0.99x with the cap
+    (2026-12-05, BENCHMARKS.md, "The single-run CLI as a whole process"); the chinchilla
+    study's runs spend 0.1-1%, so its runs keep every evaluation."""
 
     def batch_for(self, tokens: float, seq_len: int) -> int:
         """Sequences per step of a run of `tokens` tokens (batch_rule_steps, or batch_size)."""

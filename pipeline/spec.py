@@ -78,7 +78,9 @@ class TrainSpec:
     eval_interval: int = 0
     """Evaluate every this many steps; 0 means steps // evals_per_run (at least 1)."""
     evals_per_run: int = 8
-    """Number of evaluations along the run when eval_interval is 0 (plus one at the end)."""
+    """Evaluations along the run when eval_interval is 0: one every steps // evals_per_run
+    steps before the last, then one at the end (evals_per_run + 1 in all, or evals_per_run
+    where the interval divides the steps: its last one is the final one)."""
     eval_batches: int = 8
     """Fixed validation batches per evaluation (of batch_size sequences each)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"

@@ -178,3 +178,43 @@ def test_a_fixed_micro_batch_reaches_every_run(tmp_path: Path) -> None:
     specs = expand(load_sweep(sweep), sweep).specs
     assert {s.exec.micro_batch_size for s in specs} == {2}
     assert [s.run_id for s in specs] == [s.run_id for s in expand(load_sweep(plain), plain).specs]
+
+
+def test_a_plan_in_two_precisions_is_timed_with_a_curve_for_each() -> None:
+    """bf16 and fp32 runs of one plan (as sweeps/bf16_parity.yaml) are timed from their own
+    precision's measured steps, not from whichever precision a shape was measured in first;
+    evaluations are counted as the trainer makes them."""
+    from dataclasses import replace
+
+    from pipeline.estimate.calibration import Calibration, Curve, calibrate
+
+    cfg = make_config("gpt", 1, 16, vocab_size=64, seq_len=16, head_dim=8)
+    fp32 = RunSpec(sweep="p", model=cfg, data=DataSpec(),
+                   train=TrainSpec(batch_size=4, precision="fp32"), steps=10)
+    bf16 = replace(fp32, train=replace(fp32.train, precision="bf16"))
+    cal = calibrate([fp32, bf16], steps=1)
+    assert set(cal.curves) == {"fp32", "bf16"}
+    # Each run reads its own curve: with made-up curves 1 s and 3 s per step at this shape.
+    flops_per_step = cal.curves["fp32"].flops_per_step
+    made_up = Calibration({"fp32": Curve(flops_per_step, [1.0]),
+                           "bf16": Curve(flops_per_step, [3.0])})
+    # 10 steps, evaluation every 10 // 8 = 1 step: 9 along the run and the final one, each
+    # eval_batches forward passes of 1/3 of a step.
+    evals = 10 * fp32.train.eval_batches / 3
+    assert made_up.seconds(fp32) == pytest.approx(10 + evals)
+    assert made_up.seconds(bf16) == pytest.approx(3 * (10 + evals))
+
+
+def test_time_is_extrapolated_with_a_bounded_slope() -> None:
+    """Two timings of near-equal shapes give no slope (time ∝ FLOPs from the nearer one);
+    further apart, the end slope is used within SLOPE_RANGE. Once, the bf16_parity plan's
+    shapes, 8% apart, gave a slope of -10 and a 6-minute run was timed at 6 s."""
+    from pipeline.estimate.calibration import SLOPE_RANGE, _interp
+
+    assert _interp(2e9, [1e9, 1.05e9], [0.10, 0.06]) == pytest.approx(0.06 * 2e9 / 1.05e9)
+    assert _interp(1e9, [1e9, 4e9], [0.1, 0.2]) == pytest.approx(0.1)  # measured: as is
+    assert _interp(2e9, [1e9, 4e9], [0.1, 0.2]) == pytest.approx(0.1 * 2 ** 0.5)  # inside
+    flat = _interp(16e9, [1e9, 4e9], [0.1, 0.1])  # slope 0 -> the lower bound
+    assert flat == pytest.approx(0.1 * 4 ** SLOPE_RANGE[0])
+    steep = _interp(0.25e9, [1e9, 4e9], [0.1, 10.0])  # slope 3.3 -> the upper bound
+    assert steep == pytest.approx(0.1 * 0.25 ** SLOPE_RANGE[1])

@@ -5,7 +5,9 @@
         --csv benchmarks/results/bf16_parity.csv                     # the table below
 
 or, from the committed per-run results, `python benchmarks/bench_bf16_parity.py --from-csv
-benchmarks/results/bf16_parity.csv`. For each ladder size the same seeds train in both
+benchmarks/results/bf16_parity.csv`. The same for sweeps/bf16_parity_cli.yaml (the CLI's
+d 128, heads of 32) with `--sweep bf16_parity_cli --rule equivalence` (or `--from-csv
+benchmarks/results/bf16_parity_cli.csv --rule equivalence`). For each ladder size the same seeds train in both
 precisions (same data order, same initialisation), so the paired differences bf16 - fp32
 measure the precision alone; the fp32 seed standard deviation is the noise they are set
 against. Verdict (stated before looking): parity when the mean paired difference over all
@@ -94,6 +96,21 @@ def parity(table: pd.DataFrame) -> tuple[list[dict], dict]:
     return rows, summary
 
 
+EQUIVALENCE_MARGIN = 0.01
+"""nats: the --rule equivalence margin, about half the seed sd of the chinchilla study's
+cells (0.0195) and of this sweep's pooled fp32 seeds (0.0122)."""
+
+
+def equivalence(d_all: np.ndarray, margin: float = EQUIVALENCE_MARGIN) -> dict:
+    """Two one-sided t tests at 5% (Schuirmann 1987): the precisions are equivalent when the
+    90% t interval of the mean paired difference lies inside +-margin. Stated before the
+    bf16_parity_cli runs, for sweeps of one or more sizes (the pairs pooled)."""
+    n = len(d_all)
+    half = stats.t.ppf(0.95, n - 1) * d_all.std(ddof=1) / math.sqrt(n)
+    lo, hi = float(d_all.mean() - half), float(d_all.mean() + half)
+    return {"ci90": (lo, hi), "margin": margin, "equivalent": -margin < lo and hi < margin}
+
+
 # (label, n_layer, d_model, head_dim, batch): the shapes --speed times.
 SPEED_SHAPES = (
     ("ladder 2/32", 2, 32, 4, 16), ("ladder 2/36", 2, 36, 4, 16),
@@ -138,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--from-csv", type=Path, help="per-run results written with --csv")
     p.add_argument("--sweep", default="bf16_parity")
     p.add_argument("--csv", type=Path, help="write the per-run results here")
+    p.add_argument("--rule", choices=("stated", "equivalence"), default="stated",
+                   help="stated: the rule of the module docstring (bf16_parity); equivalence: "
+                        f"two one-sided tests, the 90%% interval within +-{EQUIVALENCE_MARGIN} "
+                        "nats (bf16_parity_cli)")
     p.add_argument("--reps", type=int, default=3, help="--speed: interleaved rounds")
     p.add_argument("--window-s", type=float, default=1.5, help="--speed: seconds per window")
     args = p.parse_args(argv)
@@ -155,7 +176,14 @@ def main(argv: list[str] | None = None) -> int:
           f"[{s['ci95'][0]:+.4f}, {s['ci95'][1]:+.4f}]; fp32 seed sd (pooled) "
           f"{s['seed_sd']:.4f}; worst size |mean|/sd {s['worst_size_mean_over_sd']:.2f}; "
           f"median wall fp32/bf16 {s['wall_fp32_over_bf16']:.2f}x")
-    print(f"parity: {'yes' if s['parity'] else 'NO'}")
+    if args.rule == "stated":
+        print(f"parity: {'yes' if s['parity'] else 'NO'}")
+        return 0
+    wide = table.pivot_table(index=["d_model", "seed"], columns="precision",
+                             values="final_val_loss").dropna()
+    e = equivalence((wide["bf16"] - wide["fp32"]).to_numpy())
+    print(f"equivalence: 90% CI [{e['ci90'][0]:+.4f}, {e['ci90'][1]:+.4f}] within "
+          f"+-{e['margin']}: {'yes' if e['equivalent'] else 'NO'}")
     return 0
 
 

@@ -78,6 +78,14 @@ TAG_CURVE = "curve_json"
 runs and their curves then come back from one search_runs query, not one artifact download
 per run (issue 21: 2,000 runs with curves took 30 s)."""
 CURVE_TAG_MAX_CHARS = 8000  # mlflow.utils.validation.MAX_TAG_VAL_LENGTH (MLflow 3.x)
+TAG_SAMPLE = "sample"
+"""A finished causal run's text: SAMPLE_PROMPT and SAMPLE_NEW_TOKENS tokens sampled from the
+final weights (pipeline.train.passes.sample_tags). The report shows it for the smallest and
+the largest model instead of starting `python -m pipeline.sample` for each (~5 s of imports
+and loading per sample; issue 21); the MLflow UI shows it beside every run."""
+TAG_SAMPLE_PROMPT = "sample_prompt"  # the prompt TAG_SAMPLE continues
+SAMPLE_PROMPT = "def "  # the report's default prompt (byte-level Python: a function begins)
+SAMPLE_NEW_TOKENS = 200
 
 
 def flops_key(convention: str) -> str:

@@ -20,6 +20,7 @@ from pipeline.families import objective
 from pipeline.model import Transformer
 from pipeline.spec import RunSpec
 from pipeline.train import pick_device
+from pipeline.train.passes import generate_text
 
 TAG_CHECKPOINT_DIR = "checkpoint_dir"
 
@@ -41,16 +42,13 @@ def sample_text(spec: RunSpec, checkpoint_dir: str | Path, prompt: str, *,
     state = checkpoint.load_latest(checkpoint_dir, map_location=device)
     if state is None:
         raise SampleError(f"no usable checkpoint in {checkpoint_dir}")
+    torch.set_num_threads(spec.exec.threads)  # as the run had: its own tag's text, exactly
     data = load_data(spec.data)
-    tok = data.tokenizer()
     model = Transformer(spec.model).to(device)
     model.load_state_dict(state["model"])
-    ids = tok.encode(prompt) or [0]
-    idx = torch.tensor([ids], dtype=torch.long, device=device)
-    gen = torch.Generator(device=device).manual_seed(seed)
-    out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k,
-                         top_p=top_p, generator=gen)
-    return tok.decode(out[0].tolist())
+    return generate_text(model, data.tokenizer(), prompt, max_new_tokens=max_new_tokens,
+                         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                         device=device)
 
 
 def find_run(run_id: str, tracking_uri: str | None = None) -> tuple[RunSpec, str]:
@@ -86,8 +84,8 @@ def _quote(value: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.sample", description=__doc__)
     p.add_argument("--run-id", required=True)
-    p.add_argument("--prompt", default="def ")
-    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--prompt", default=keys.SAMPLE_PROMPT)
+    p.add_argument("--max-new-tokens", type=int, default=keys.SAMPLE_NEW_TOKENS)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=50)
     p.add_argument("--top-p", type=float, default=None)

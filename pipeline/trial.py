@@ -301,13 +301,9 @@ def _kill_hook(spec):
     return hook
 
 
-_META = ("vocab_size", "fingerprint", "corpus_fingerprint", "train_bytes", "val_bytes",
-         "tokenizer_config", "n_train_docs", "n_val_docs")
-
-
 def _shipped(data, ray) -> tuple:
     """The tokens by reference: the arrays in the object store, the rest as it is."""
-    return ({k: getattr(data, k) for k in _META}, ray.put(data.train), ray.put(data.val))
+    return (data.shipped_meta(), ray.put(data.train), ray.put(data.val))
 
 
 def _received(meta: dict, train_ref, val_ref):

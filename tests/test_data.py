@@ -392,6 +392,23 @@ def test_pickling_token_data_does_not_copy_tokens(corpus_dir, tmp_path):
     assert back.fingerprint == data.fingerprint and back.val_bytes == data.val_bytes
 
 
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "chars", "bpe"])
+def test_tokens_shipped_without_their_cache_keep_their_tokenizer(corpus_dir, tmp_path,
+                                                                 tokenizer):
+    """Tokens sent by value to another node (Ray's object store: pipeline.trial) have no
+    cache folder there; their tokenizer travels with them, so a run can still sample text."""
+    data = prepare_data(_cfg(corpus_dir, tmp_path, tokenizer=tokenizer, bpe_vocab_size=300))
+    there = D.TokenData(train=np.asarray(data.train), val=np.asarray(data.val),
+                        **data.shipped_meta())
+    assert there.cache_path == ""
+    back = pickle.loads(pickle.dumps(there))  # by value: no cache to reopen
+    text = "def main():\n    return 42"
+    for copy in (there, back):
+        assert copy.tokenizer().decode(copy.tokenizer().encode(text)) == \
+            data.tokenizer().decode(data.tokenizer().encode(text))
+
+
 # --- batches -------------------------------------------------------------------------------
 
 

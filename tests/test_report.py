@@ -404,6 +404,35 @@ def test_a_sample_that_hangs_is_cut_off(monkeypatch):
     assert all(proc.poll() is not None for _, proc in jobs.jobs)
 
 
+def test_a_run_that_recorded_its_sample_starts_no_process(tmp_path, monkeypatch):
+    """A finished run's own sample (keys.TAG_SAMPLE, of the report's prompt) is read from the
+    store; a run without one, or another prompt, is sampled by `pipeline.sample` as before."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("s")
+    for rid, tags in (("withsample", {keys.TAG_SAMPLE: "def f(): pass",
+                                      keys.TAG_SAMPLE_PROMPT: keys.SAMPLE_PROMPT}),
+                      ("without", {})):
+        run = client.create_run(exp, tags={keys.TAG_RUN_ID: rid,
+                                           keys.TAG_STATUS: keys.STATUS_FINISHED, **tags})
+        client.set_terminated(run.info.run_id)
+    assert samples.recorded_samples(["withsample", "without"], uri, keys.SAMPLE_PROMPT) == {
+        "withsample": "def f(): pass"}
+    assert samples.recorded_samples(["withsample"], uri, "class ") == {}
+    started = []
+    monkeypatch.setattr(samples, "sample_command", lambda run_id, *a: started.append(run_id) or [
+        sys.executable, "-c", "print('sampled by a process')"])
+    picked = [("smallest model", "withsample", "a", 1e4), ("largest model", "without", "b", 1e6)]
+    jobs = samples.SampleJobs(picked, prompt=keys.SAMPLE_PROMPT, tracking_uri=uri,
+                              recorded=samples.recorded_samples(["withsample", "without"], uri,
+                                                                keys.SAMPLE_PROMPT))
+    small, large = jobs.results()
+    assert started == ["without"]
+    assert small.text == "def f(): pass" and large.text == "sampled by a process"
+
+
 def test_provenance_names_code_data_and_machine(sweep_report):
     md = (sweep_report / "report.md").read_text()
     section = md.split("## Provenance", 1)[1]

@@ -529,3 +529,33 @@ def test_a_cpu_run_tags_the_precision_it_trains_in(precision: str, tag: str) -> 
     result = train(make_spec(steps=6, precision=precision, eval_batches=1), tracker, data=None)
     assert tracker.tags[keys.TAG_PRECISION] == tag
     assert result.status == keys.STATUS_FINISHED and math.isfinite(result.final_val_loss)
+
+
+def test_a_finished_run_records_the_sample_its_checkpoint_gives(tmp_path: Path) -> None:
+    """The report's text sample of a run comes from the run itself (keys.TAG_SAMPLE), not a
+    `pipeline.sample` process: the same text that process makes from the final checkpoint,
+    and recording it changes nothing trained (it is drawn after the final evaluation, from a
+    generator of its own)."""
+    from pipeline.sample import sample_text
+
+    spec = make_spec(steps=12, eval_batches=1)
+    tracker = NullTracker()
+    result = train(spec, tracker, checkpoint_dir=tmp_path)
+    text = tracker.tags[keys.TAG_SAMPLE]
+    assert tracker.tags[keys.TAG_SAMPLE_PROMPT] == keys.SAMPLE_PROMPT
+    assert text.startswith(keys.SAMPLE_PROMPT) and len(text) > len(keys.SAMPLE_PROMPT)
+    assert sample_text(spec, tmp_path, keys.SAMPLE_PROMPT) == text
+    again = train(spec, NullTracker())  # no checkpoints: the same run, the same loss
+    assert again.final_val_loss == result.final_val_loss
+
+
+@pytest.mark.parametrize("family", ["bert", "vit"])
+def test_models_that_do_not_generate_record_no_sample(family: str) -> None:
+    from pipeline.train.passes import sample_tags
+
+    cfg = (make_config("vit", 1, 16, vocab_size=10, seq_len=0, image_size=8, patch_size=4,
+                       channels=1) if family == "vit" else make_spec("bert").model)
+    spec = dataclasses.replace(make_spec(), model=cfg)
+    # Never reaches the model or the data: both would fail if it did.
+    assert sample_tags(spec, None, None, torch.device("cpu"), 1) == {}
+    assert sample_tags(make_spec(), None, None, torch.device("cpu"), 2) == {}  # sharded

@@ -1,11 +1,14 @@
 """Text samples from the smallest and the largest model of a sweep, for the report.
 
-Sampling needs torch and the checkpoints, and analysis never imports torch, so each sample
-is `python -m pipeline.sample` in a subprocess (an argument list, no shell) with a timeout,
-launched through `analysis.child` so that it dies with the report's process even when that
-is killed outright. The samples start before the fits and run alongside them; a sample that
-cannot be produced (no checkpoint, no spec, a timeout) becomes a one-line reason in the
-report, never an error.
+A run that finished since 2026-12-05 carries its own sample of the report's default prompt
+(the tag keys.TAG_SAMPLE, written by the trainer from the final weights), and the report
+reads it from the store. For any other run or prompt: sampling needs torch and the
+checkpoints, and analysis never imports torch, so each sample is `python -m pipeline.sample`
+in a subprocess (an argument list, no shell) with a timeout, launched through
+`analysis.child` so that it dies with the report's process even when that is killed
+outright (~5 s of CPU each, mostly imports: issue 21). The samples start before the fits and
+run alongside them; a sample that cannot be produced (no checkpoint, no spec, a timeout)
+becomes a one-line reason in the report, never an error.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.runs.table import RunsTable
+from pipeline import keys
 
-PROMPT = "def "
-MAX_NEW_TOKENS = 200
+PROMPT = keys.SAMPLE_PROMPT
+MAX_NEW_TOKENS = keys.SAMPLE_NEW_TOKENS
 TIMEOUT_S = 240.0
 """Per sample, counted from its start (torch import and data loading take most of it)."""
 MAX_LINES = 12
@@ -89,14 +93,18 @@ class SampleJobs:
     """Sample subprocesses started now, collected later with ``results()``."""
 
     def __init__(self, picked: list[Picked], *, prompt: str,
-                 tracking_uri: str | None, timeout_s: float = TIMEOUT_S) -> None:
+                 tracking_uri: str | None, timeout_s: float = TIMEOUT_S,
+                 recorded: dict[str, str] | None = None) -> None:
         self.prompt = prompt
         self.timeout_s = timeout_s
         self.started = time.monotonic()
         env = dict(os.environ, MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
-        self.jobs: list[tuple[Picked, subprocess.Popen | str]] = []
+        self.jobs: list[tuple[Picked, subprocess.Popen | Sample | str]] = []
         for pick in picked:
             run_id = pick[1]
+            if recorded and run_id in recorded:  # the run's own sample: no process
+                self.jobs.append((pick, Sample(*pick, _shorten(recorded[run_id]))))
+                continue
             try:
                 proc: subprocess.Popen | str = subprocess.Popen(
                     sample_command(run_id, prompt, tracking_uri), stdout=subprocess.PIPE,
@@ -109,6 +117,9 @@ class SampleJobs:
     def results(self) -> list[Sample]:
         out = []
         for (label, run_id, name, n), proc in self.jobs:
+            if isinstance(proc, Sample):
+                out.append(proc)
+                continue
             if isinstance(proc, str):
                 out.append(Sample(label, run_id, name, n, None, proc))
                 continue
@@ -142,8 +153,32 @@ def sample_jobs(runs: RunsTable, *, tracking_uri: str | None, prompt: str = PROM
     """Start the samples; whatever happens in the block, no subprocess outlives it."""
     # A masked LM or a classifier does not generate (pipeline.sample refuses it).
     picked = pick_runs(runs) if runs.generates else []
-    jobs = SampleJobs(picked, prompt=prompt, tracking_uri=tracking_uri, timeout_s=timeout_s)
+    recorded = recorded_samples([p[1] for p in picked], tracking_uri, prompt)
+    jobs = SampleJobs(picked, prompt=prompt, tracking_uri=tracking_uri, timeout_s=timeout_s,
+                      recorded=recorded)
     try:
         yield jobs
     finally:
         jobs.stop()
+
+
+def recorded_samples(run_ids: list[str], tracking_uri: str | None, prompt: str) -> dict[str, str]:
+    """run_id -> the sample its finished run recorded (keys.TAG_SAMPLE) of this prompt, for
+    the runs that have one: one search of the store per run, no process started."""
+    if not run_ids or prompt != keys.SAMPLE_PROMPT:
+        return {}
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    out = {}
+    for run_id in run_ids:
+        if not run_id.isalnum():  # run ids are hashes; anything else is not looked up
+            continue
+        for run in client.search_runs(
+                experiments, f"tags.{keys.TAG_RUN_ID} = '{run_id}' and "
+                             f"tags.{keys.TAG_STATUS} = '{keys.STATUS_FINISHED}'"):
+            tags = run.data.tags
+            if tags.get(keys.TAG_SAMPLE) and tags.get(keys.TAG_SAMPLE_PROMPT) == prompt:
+                out[run_id] = tags[keys.TAG_SAMPLE]
+    return out

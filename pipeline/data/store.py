@@ -51,6 +51,10 @@ class TokenData:
     n_val_docs: int = 0
     cache_path: str = ""  # the .bin; its .json meta sits next to it
     built: bool = False  # True when this call built the cache, False when it was loaded
+    tokenizer_json: str = ""
+    """The saved tokenizer (chars, bpe) of tokens that travel without their cache folder
+    (through Ray's object store to another node: ``shipped_meta``); "" when it is read from
+    the cache folder, or the tokenizer needs none (bytes)."""
 
     def bytes_per_token(self, split: str = "val") -> float:
         """UTF-8 bytes per token of a split ("train" or "val")."""
@@ -67,8 +71,24 @@ class TokenData:
 
     def tokenizer(self) -> Tokenizer:
         """The tokenizer these tokens were made with (for sampling and prompts)."""
+        return load_tokenizer(self.tokenizer_config, self._saved_tokenizer())
+
+    def _saved_tokenizer(self) -> str | None:
+        if self.tokenizer_json:
+            return self.tokenizer_json
+        if not self.cache_path:  # tokens by value (e.g. from Ray's object store)
+            return None
         saved = _tokenizer_path(Path(self.cache_path))
-        return load_tokenizer(self.tokenizer_config, saved.read_text() if saved.exists() else None)
+        return saved.read_text() if saved.exists() else None
+
+    def shipped_meta(self) -> dict:
+        """Everything but the two token arrays, to rebuild these tokens on a machine without
+        the cache (``TokenData(train=..., val=..., **meta)``): the tokenizer travels with them."""
+        return {"vocab_size": self.vocab_size, "fingerprint": self.fingerprint,
+                "corpus_fingerprint": self.corpus_fingerprint, "train_bytes": self.train_bytes,
+                "val_bytes": self.val_bytes, "tokenizer_config": self.tokenizer_config,
+                "n_train_docs": self.n_train_docs, "n_val_docs": self.n_val_docs,
+                "tokenizer_json": self._saved_tokenizer() or ""}
 
     def __reduce__(self):
         if not self.cache_path:  # tokens that are not a cache entry (e.g. from Ray's store)

@@ -290,10 +290,7 @@ class _Runner:
             warn_loopback_uri(self.uri)
         if self.address and not isinstance(self.data, ImageData):  # images load on each node
             # Cluster: the tokens go to the object store once; every node reads them zero-copy.
-            meta = {k: getattr(self.data, k) for k in (
-                "vocab_size", "fingerprint", "corpus_fingerprint", "train_bytes", "val_bytes",
-                "tokenizer_config", "n_train_docs", "n_val_docs")}
-            self.shipped = (meta, ray.put(np.asarray(self.data.train)),
+            self.shipped = (self.data.shipped_meta(), ray.put(np.asarray(self.data.train)),
                             ray.put(np.asarray(self.data.val)))
 
     def submit(self, spec: RunSpec, mlflow_run_id: str) -> None:

@@ -36,7 +36,7 @@ from pipeline.recipe import lr_at, trained_precision
 from pipeline.spec import RunSpec, branch_folder
 from pipeline.train import objective, parallel
 from pipeline.train.parallel import SINGLE, World
-from pipeline.train.passes import accuracy, autocast_for, evaluate, micro_batches
+from pipeline.train.passes import accuracy, autocast_for, evaluate, micro_batches, sample_tags
 from pipeline.vision.data import images_seen
 
 
@@ -475,6 +475,9 @@ def _finish(run: _Run, data: TokenData, wall: float, diverged_step: int | None,
         if not objective.is_masked(spec) and not spec.model.is_image:
             result.final_val_bpb = result.final_val_loss / math.log(2) / run.bytes_per_token
         result.final_val_accuracy = run.last_accuracy
+        if run.world.writes and (tags := sample_tags(spec, run.model, data, run.device,
+                                                     run.world.size)):
+            tracker.set_tags(tags)
     result.curve = run.curve
     result.train_tokens = len(data.train)
     if spec.model.is_image:

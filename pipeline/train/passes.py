@@ -1,12 +1,15 @@
 """The forward passes of a step and of an evaluation: bf16 autocast, micro-batches, and the
 validation loss (and vit's accuracy), each batch weighted by its count of targets
-(pipeline.train.objective). Kept apart from the loop (pipeline.train) so that the estimate
-(pipeline.estimate.calibration) and the benchmarks time exactly the trainer's passes."""
+(pipeline.train.objective); and the text a finished model writes. Kept apart from the loop
+(pipeline.train) so that the estimate (pipeline.estimate.calibration) and the benchmarks time
+exactly the trainer's passes."""
 
 from __future__ import annotations
 
 import torch
 
+from pipeline import keys
+from pipeline.families import objective
 from pipeline.recipe import trained_precision
 from pipeline.spec import RunSpec
 from pipeline.train.objective import eval_weights, is_masked, target_count
@@ -67,3 +70,32 @@ def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec, *,
     if micro >= len(x):
         return [(x, y, 1.0)]
     return [(xs, ys, len(xs) / len(x)) for xs, ys in passes]
+
+
+@torch.no_grad()
+def generate_text(model: torch.nn.Module, tokenizer, prompt: str, *, max_new_tokens: int,
+                  temperature: float = 0.8, top_k: int | None = 50, top_p: float | None = None,
+                  seed: int = 0, device: torch.device | str = "cpu") -> str:
+    """The prompt followed by max_new_tokens sampled tokens, decoded: what `python -m
+    pipeline.sample` prints for a checkpoint and what a finished run tags (sample_tags)."""
+    ids = tokenizer.encode(prompt) or [0]
+    idx = torch.tensor([ids], dtype=torch.long, device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k,
+                         top_p=top_p, generator=gen)
+    return tokenizer.decode(out[0].tolist())
+
+
+def sample_tags(spec: RunSpec, model: torch.nn.Module, data, device: torch.device,
+                workers: int) -> dict[str, str]:
+    """The tags of a finished run's text (keys.TAG_SAMPLE): a causal model's continuation
+    of keys.SAMPLE_PROMPT, sampled as `pipeline.sample` does by default. {} for a masked LM
+    or a classifier (they do not generate) and for a data-parallel run (its weights may be
+    sharded; the report samples its checkpoint instead). ~0.1-1 s at this project's CPU
+    sizes: 200 forward passes of at most seq_len tokens."""
+    if objective(spec.model.family) != "causal" or workers > 1:
+        return {}
+    text = generate_text(model, data.tokenizer(), keys.SAMPLE_PROMPT,
+                         max_new_tokens=keys.SAMPLE_NEW_TOKENS, device=device)
+    return {keys.TAG_SAMPLE: text[: keys.CURVE_TAG_MAX_CHARS],
+            keys.TAG_SAMPLE_PROMPT: keys.SAMPLE_PROMPT}

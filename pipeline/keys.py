@@ -86,6 +86,9 @@ and loading per sample; issue 21); the MLflow UI shows it beside every run."""
 TAG_SAMPLE_PROMPT = "sample_prompt"  # the prompt TAG_SAMPLE continues
 SAMPLE_PROMPT = "def "  # the report's default prompt (byte-level Python: a function begins)
 SAMPLE_NEW_TOKENS = 200
+SAMPLE_TEMPERATURE = 0.8  # how the report's samples (and pipeline.sample by default) are drawn
+SAMPLE_TOP_K = 50
+SAMPLE_SEED = 0
 
 
 def flops_key(convention: str) -> str:

@@ -30,8 +30,10 @@ class SampleError(RuntimeError):
 
 
 def sample_text(spec: RunSpec, checkpoint_dir: str | Path, prompt: str, *,
-                max_new_tokens: int = 200, temperature: float = 0.8, top_k: int | None = 50,
-                top_p: float | None = None, seed: int = 0, device: str = "cpu") -> str:
+                max_new_tokens: int = keys.SAMPLE_NEW_TOKENS,
+                temperature: float = keys.SAMPLE_TEMPERATURE,
+                top_k: int | None = keys.SAMPLE_TOP_K, top_p: float | None = None,
+                seed: int = keys.SAMPLE_SEED, device: str = "cpu") -> str:
     """The prompt followed by max_new_tokens sampled tokens, decoded to text."""
     kind = objective(spec.model.family)
     if kind != "causal":
@@ -86,10 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-id", required=True)
     p.add_argument("--prompt", default=keys.SAMPLE_PROMPT)
     p.add_argument("--max-new-tokens", type=int, default=keys.SAMPLE_NEW_TOKENS)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--temperature", type=float, default=keys.SAMPLE_TEMPERATURE)
+    p.add_argument("--top-k", type=int, default=keys.SAMPLE_TOP_K)
     p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=keys.SAMPLE_SEED)
     p.add_argument("--device", default="cpu")
     p.add_argument("--tracking-uri", default=None)
     args = p.parse_args(argv)

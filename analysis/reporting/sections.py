@@ -32,6 +32,7 @@ from analysis.reporting.provenance import portable
 from analysis.reporting.samples import Sample
 from analysis.runs.table import RunsTable
 from analysis.text import fmt, fmt_interval
+from pipeline import keys
 
 CHINCHILLA_TOKENS = 20.0
 KIND = {"3": "parametric fit", "2": "IsoFLOP parabolas", "1": "envelope of curves"}
@@ -413,8 +414,10 @@ def samples_section(ri: ReportInput) -> list[Block]:
     if ri.samples is None:
         blocks.append(Paragraph(ri.no_samples_reason))
         return blocks
-    blocks.append(Paragraph(f"Prompt `{ri.sample_prompt}`, 200 new tokens, temperature 0.8, "
-                            "top-k 50, seed 0 (`python -m pipeline.sample`)."))
+    blocks.append(Paragraph(
+        f"Prompt `{ri.sample_prompt}`, {keys.SAMPLE_NEW_TOKENS} new tokens, temperature "
+        f"{keys.SAMPLE_TEMPERATURE:g}, top-k {keys.SAMPLE_TOP_K}, seed {keys.SAMPLE_SEED} "
+        "(`python -m pipeline.sample`)."))
     for s in ri.samples:
         head = f"**{s.label}**: {s.name} (run_id `{s.run_id}`, N = {_int(s.n)})"
         if s.text is None:

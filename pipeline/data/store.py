@@ -84,11 +84,9 @@ class TokenData:
     def shipped_meta(self) -> dict:
         """Everything but the two token arrays, to rebuild these tokens on a machine without
         the cache (``TokenData(train=..., val=..., **meta)``): the tokenizer travels with them."""
-        return {"vocab_size": self.vocab_size, "fingerprint": self.fingerprint,
-                "corpus_fingerprint": self.corpus_fingerprint, "train_bytes": self.train_bytes,
-                "val_bytes": self.val_bytes, "tokenizer_config": self.tokenizer_config,
-                "n_train_docs": self.n_train_docs, "n_val_docs": self.n_val_docs,
-                "tokenizer_json": self._saved_tokenizer() or ""}
+        here_only = ("train", "val", "cache_path", "built")  # the arrays; this machine's cache
+        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in here_only}
+        return {**meta, "tokenizer_json": self._saved_tokenizer() or ""}
 
     def __reduce__(self):
         if not self.cache_path:  # tokens that are not a cache entry (e.g. from Ray's store)

@@ -74,8 +74,9 @@ def micro_batches(x: torch.Tensor, y: torch.Tensor, spec: RunSpec, *,
 
 @torch.no_grad()
 def generate_text(model: torch.nn.Module, tokenizer, prompt: str, *, max_new_tokens: int,
-                  temperature: float = 0.8, top_k: int | None = 50, top_p: float | None = None,
-                  seed: int = 0, device: torch.device | str = "cpu") -> str:
+                  temperature: float = keys.SAMPLE_TEMPERATURE,
+                  top_k: int | None = keys.SAMPLE_TOP_K, top_p: float | None = None,
+                  seed: int = keys.SAMPLE_SEED, device: torch.device | str = "cpu") -> str:
     """The prompt followed by max_new_tokens sampled tokens, decoded: what `python -m
     pipeline.sample` prints for a checkpoint and what a finished run tags (sample_tags)."""
     ids = tokenizer.encode(prompt) or [0]

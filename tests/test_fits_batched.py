@@ -126,3 +126,33 @@ def test_interaction_batched_refits_equal_scipy_refits_resample_by_resample():
         a_one = optimal_allocation(one.log_loss, lines, 1e19)
         assert a_many.a == pytest.approx(a_one.a, abs=1e-4)
         assert a_many.tokens_per_param == pytest.approx(a_one.tokens_per_param, rel=1e-3)
+
+
+def test_batched_least_squares_reaches_scipys_minima_with_weights():
+    """Levenberg-Marquardt over a batch (least_squares_batch): exponential decays with
+    counts as weights end where SciPy's least_squares ends on the repeated points."""
+    from scipy.optimize import least_squares
+
+    from analysis.fits.batched import least_squares_batch
+
+    rng = np.random.default_rng(4)
+    t = np.linspace(0.0, 4.0, 9)
+    y = 2.0 * np.exp(-0.7 * t) + 0.3 + rng.normal(0, 0.01, t.size)
+    counts = rng.integers(0, 3, size=(6, t.size)).astype(float)
+    counts[:, :4] += 1  # every problem keeps enough points
+
+    def res(x, rows):
+        a, k, c = (col[:, None] for col in x.T)
+        e = np.exp(-k * t)
+        return a * e + c - y, np.stack([e, -a * t * e, np.ones_like(e)], axis=2)
+
+    x0 = np.tile([1.0, 0.2, 0.0], (6, 1))
+    fit = least_squares_batch(res, x0, counts, ftol=1e-12, xtol=1e-12, gtol=1e-12,
+                              max_iter=500, lower=np.array([0.0, 0.0, -np.inf]))
+    assert fit.success.all()
+    for w, end, cost in zip(counts, fit.x, fit.cost, strict=True):
+        idx = np.repeat(np.arange(t.size), w.astype(int))
+        ref = least_squares(lambda p, i=idx: p[0] * np.exp(-p[1] * t[i]) + p[2] - y[i],
+                            [1.0, 0.2, 0.0], ftol=1e-12, xtol=1e-12, gtol=1e-12)
+        np.testing.assert_allclose(end, ref.x, rtol=1e-6)
+        assert cost == pytest.approx(ref.cost, rel=1e-9)

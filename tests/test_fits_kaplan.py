@@ -8,8 +8,17 @@ import pytest
 
 from analysis.errors import FitError
 from analysis.fits.approach1 import bootstrap_approach1, fit_approach1
-from analysis.fits.envelope import build_curves, envelope
-from analysis.fits.kaplan import bootstrap_kaplan, fit_kaplan, fit_kaplan_joint, lower_frontier
+from analysis.fits.bootstrap import resample_indices, run_bootstrap
+from analysis.fits.envelope import DEFAULT_GRID_POINTS, build_curves, envelope
+from analysis.fits.kaplan import (
+    _Refit,
+    bootstrap_kaplan,
+    fit_joint_law,
+    fit_kaplan,
+    fit_kaplan_joint,
+    lower_frontier,
+    refit_joint_batch,
+)
 from analysis.fits.powerlaw import fit_inverse_power_law, fit_power_law
 from analysis.runs.synthetic import ChinchillaLaw, KaplanLaw, kaplan_grid, training_curves
 
@@ -127,3 +136,45 @@ def test_power_law_fits_refuse_degenerate_points():
         fit_inverse_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], what="t")
     with pytest.raises(FitError, match="non-finite"):
         fit_power_law([1.0, np.inf, 3.0], [1.0, 2.0, 3.0], what="t")
+
+
+def test_batched_joint_refits_equal_one_at_a_time_refits_resample_by_resample():
+    """The bootstrap's path for the joint law (every resample at once, Levenberg-Marquardt)
+    reaches the minimum SciPy's least_squares reaches from the same start, resample by
+    resample; a resample that cannot be fitted gets the reference's message."""
+    runs = kaplan_grid(KAPLAN, np.logspace(6, 10, 5), np.logspace(8, 12, 5), seed=8)
+    n, d, loss = (runs.column(k) for k in ("N", "D", "loss"))
+    full = fit_joint_law(n, d, loss)
+    indices = resample_indices(len(n), 30, seed=3)
+    one_point = np.zeros((1, len(n)), dtype=int)  # loss constant: not a fit
+    batched = refit_joint_batch(n, d, loss, full, np.vstack([indices, one_point]))
+    for idx, many in zip(indices, batched[:-1], strict=True):
+        one = fit_joint_law(n[idx], d[idx], loss[idx], full)
+        assert many.rmse_log == pytest.approx(one.rmse_log, rel=1e-6)
+        for name in ("alpha_N", "alpha_D"):
+            assert getattr(many, name) == pytest.approx(getattr(one, name), rel=1e-4)
+        for name in ("N_c", "D_c"):
+            assert np.log(getattr(many, name)) == pytest.approx(np.log(getattr(one, name)),
+                                                                abs=1e-3)
+    with pytest.raises(FitError) as err:
+        fit_joint_law(n[one_point[0]], d[one_point[0]], loss[one_point[0]], full)
+    assert batched[-1] == str(err.value)
+
+
+def test_the_kaplan_bootstrap_batched_equals_it_one_resample_at_a_time():
+    """On a grid of N x D that identifies the joint law: the same statistics resample by
+    resample. (On runs with D ∝ N it is not identified, and the two solvers stop at
+    different points of its flat valley: refit_joint_batch's docstring.)"""
+    runs = kaplan_grid(KAPLAN, np.logspace(6, 10, 5), np.logspace(8, 12, 5), seed=9)
+    fit = _fit(runs)
+    cols = tuple(runs.column(k) for k in ("N_kaplan", "D", "loss"))
+    fast = bootstrap_kaplan(*cols, None, fit, n_resamples=20, seed=1)
+    j = fit.joint
+    one_by_one = _Refit(*cols, None,
+                        (j.alpha_N, j.alpha_D, float(np.log(j.N_c)), float(np.log(j.D_c))),
+                        DEFAULT_GRID_POINTS)
+    slow = run_bootstrap(len(cols[0]), lambda idx: one_by_one(idx), n_resamples=20, seed=1)
+    assert fast.samples.keys() == slow.samples.keys() >= {"joint_alpha_N", "alpha_N"}
+    for name in fast.samples:
+        np.testing.assert_allclose(fast.samples[name], slow.samples[name], rtol=1e-4,
+                                   err_msg=name)

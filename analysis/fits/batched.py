@@ -215,3 +215,94 @@ def resample_counts(indices: Sequence[np.ndarray], size: int, check: Callable[[n
         messages.append("")
         counts.append(np.bincount(idx, minlength=size).astype(float))
     return messages, np.array(counts).reshape(len(counts), size), kept
+
+
+ResJac = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+"""res(x, rows) -> (r, J): problems ``rows`` (k,) at x (k, p): residuals (k, m), Jacobian
+(k, m, p)."""
+LM_LAMBDA0 = 1e-3
+"""Initial damping of Levenberg-Marquardt, relative to the diagonal of JᵀWJ."""
+LM_LAMBDA_MAX = 1e16
+"""Damping beyond which a problem whose steps all fail stops where it is."""
+
+
+@dataclass(frozen=True)
+class LeastSquaresBatch:
+    x: np.ndarray
+    """End points (B, p)."""
+    cost: np.ndarray
+    """½ Σ w r² at the end points (B,), as SciPy's least_squares ``cost``."""
+    success: np.ndarray
+    """Stopped by a tolerance rule (B,); False: out of iterations, or no step decreased."""
+    n_iter: np.ndarray
+
+
+def least_squares_batch(res: ResJac, x0: np.ndarray, weights: np.ndarray, *, ftol: float,
+                        xtol: float, gtol: float, max_iter: int,
+                        lower: np.ndarray | None = None) -> LeastSquaresBatch:
+    """Minimise ½ Σ_i w_i r_i(x)² for B problems at once by Levenberg-Marquardt.
+
+    Why: a bootstrap of Kaplan's joint law makes one SciPy ``least_squares`` call per resample
+    (~4 ms each, mostly its own overhead on ~12 points: 400 resamples, 3.3 s of CPU; issue 21).
+    Here every problem takes one damped Gauss-Newton step per iteration, all in a few numpy
+    calls: (JᵀWJ + λ·diag(JᵀWJ)) δ = −JᵀWr (Marquardt 1963's scaling), λ divided by 3 after a
+    step that lowers the cost and multiplied by 4 (the step retried) after one that does not.
+    ``weights`` (B, m): point i of problem j counted w_ji times (a resample as counts).
+    ``lower`` (p,): bounds below (steps are clipped to them). Stopping rules as SciPy's
+    least_squares: a decrease of the cost below ftol·cost, a step below xtol·(xtol + |x|),
+    or max |JᵀWr| below gtol.
+    """
+    x = np.array(x0, dtype=float)
+    n_prob, p = x.shape
+    w = np.asarray(weights, dtype=float)
+    lo = None if lower is None else np.asarray(lower, dtype=float)
+    if lo is not None:
+        x = np.maximum(x, lo)
+    everyone = np.arange(n_prob)
+    r, jac = res(x, everyone)
+    cost = 0.5 * (w * r * r).sum(1)
+    lam = np.full(n_prob, LM_LAMBDA0)
+    success = np.zeros(n_prob, dtype=bool)
+    n_iter = np.zeros(n_prob, dtype=int)
+    active = np.isfinite(cost) & np.all(np.isfinite(jac), axis=(1, 2))
+    eye = np.eye(p)
+    for _ in range(max_iter):
+        act = np.flatnonzero(active)
+        if act.size == 0:
+            break
+        wj = w[act, :, None] * jac[act]
+        a = np.einsum("kmp,kmq->kpq", jac[act], wj)
+        g = np.einsum("kmp,km->kp", wj, r[act])
+        small = np.max(np.abs(g), axis=1) <= gtol
+        success[act[small]] = True
+        active[act[small]] = False
+        act, a, g = act[~small], a[~small], g[~small]
+        if act.size == 0:
+            break
+        diag = np.maximum(np.einsum("kpp->kp", a), np.finfo(float).tiny)
+        step = -np.linalg.solve(a + lam[act, None, None] * diag[:, :, None] * eye,
+                                g[:, :, None])[:, :, 0]
+        x_new = x[act] + step
+        if lo is not None:
+            x_new = np.maximum(x_new, lo)
+        with np.errstate(over="ignore", invalid="ignore"):
+            r_new, jac_new = res(x_new, act)
+            cost_new = 0.5 * (w[act] * r_new * r_new).sum(1)
+        n_iter[act] += 1
+        better = np.isfinite(cost_new) & (cost_new < cost[act]) & np.all(
+            np.isfinite(jac_new), axis=(1, 2))
+        went = act[better]
+        dx = x_new[better] - x[went]
+        decrease = cost[went] - cost_new[better]
+        x[went], cost[went] = x_new[better], cost_new[better]
+        r[went], jac[went] = r_new[better], jac_new[better]
+        lam[went] = np.maximum(lam[went] / 3.0, 1e-12)
+        done = ((decrease <= ftol * cost[went])
+                | (np.linalg.norm(dx, axis=1) <= xtol * (xtol + np.linalg.norm(x[went], axis=1))))
+        success[went[done]] = True
+        active[went[done]] = False
+        failed = act[~better]
+        lam[failed] *= 4.0
+        stuck = failed[lam[failed] > LM_LAMBDA_MAX]
+        active[stuck] = False
+    return LeastSquaresBatch(x=x, cost=cost, success=success, n_iter=n_iter)

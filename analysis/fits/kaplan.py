@@ -29,6 +29,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from analysis.errors import FitError
+from analysis.fits.batched import least_squares_batch, resample_counts
 from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.envelope import DEFAULT_GRID_POINTS, Curve, envelope, interior_points
 from analysis.fits.powerlaw import (
@@ -43,6 +44,11 @@ from analysis.fits.powerlaw import (
 from analysis.threads import single_threaded_blas
 
 WHAT_JOINT = "Kaplan joint L(N, D)"
+JOINT_LOWER = (1e-4, 1e-4, -np.inf, -np.inf)
+"""Lower bounds of (α_N, α_D, ln N_c, ln D_c) in every fit of the joint law."""
+JOINT_BATCH_TOL = 1e-8
+"""ftol, xtol and gtol of the batched refit: SciPy least_squares' defaults, the reference's."""
+JOINT_BATCH_MAX_ITER = 500
 
 
 def lower_frontier(x: np.ndarray, loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,9 +104,8 @@ def _joint_jacobian(p: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray) -> np.nda
     return np.column_stack([w * gap, total - w * u, w * alpha_n, alpha_d * (1.0 - w)])
 
 
-def fit_kaplan_joint(n: object, d: object, loss: object, *,
-                     starts: Sequence[Sequence[float]] | None = None) -> KaplanJoint:
-    """Least squares on ln L from a few starts (or the given (α_N, α_D, ln N_c, ln D_c) rows)."""
+def _joint_logs(n: object, d: object, loss: object) -> tuple[np.ndarray, ...]:
+    """(ln N, ln D, ln L) of points the joint law can be fitted to; FitError otherwise."""
     ln_n = np.log(as_positive("N", n, what=WHAT_JOINT))
     ln_d = np.log(as_positive("D", d, what=WHAT_JOINT))
     ln_l = np.log(as_positive("loss", loss, what=WHAT_JOINT))
@@ -110,6 +115,23 @@ def fit_kaplan_joint(n: object, d: object, loss: object, *,
     require_varying("loss", ln_l, what=WHAT_JOINT)
     require_varying("N", ln_n, what=WHAT_JOINT)
     require_varying("D", ln_d, what=WHAT_JOINT)
+    return ln_n, ln_d, ln_l
+
+
+def _joint_at(x: np.ndarray, cost: float, n_points: int) -> KaplanJoint:
+    """The law at least squares' end point x = (α_N, α_D, ln N_c, ln D_c), or FitError."""
+    alpha_n, alpha_d, ln_nc, ln_dc = (float(v) for v in x)
+    if max(abs(ln_nc), abs(ln_dc)) > 700:
+        raise FitError(f"{WHAT_JOINT}: N_c or D_c out of range (ln = {ln_nc:.4g}, {ln_dc:.4g})")
+    return KaplanJoint(alpha_N=alpha_n, alpha_D=alpha_d, N_c=float(np.exp(ln_nc)),
+                       D_c=float(np.exp(ln_dc)), n_points=n_points,
+                       rmse_log=float(np.sqrt(2.0 * cost / n_points)))
+
+
+def fit_kaplan_joint(n: object, d: object, loss: object, *,
+                     starts: Sequence[Sequence[float]] | None = None) -> KaplanJoint:
+    """Least squares on ln L from a few starts (or the given (α_N, α_D, ln N_c, ln D_c) rows)."""
+    ln_n, ln_d, ln_l = _joint_logs(n, d, loss)
     if starts is None:  # exponents as Kaplan's magnitudes; scales beyond the data
         starts = [(an, ad, ln_n.max() + sn, ln_d.max() + sd)
                   for an in (0.05, 0.3) for ad in (0.05, 0.3) for sn in (3.0, 15.0)
@@ -119,19 +141,66 @@ def fit_kaplan_joint(n: object, d: object, loss: object, *,
         for p0 in starts:
             res = least_squares(lambda p: _joint_log_loss(p, ln_n, ln_d) - ln_l,
                                 np.asarray(p0), jac=lambda p: _joint_jacobian(p, ln_n, ln_d),
-                                bounds=([1e-4, 1e-4, -np.inf, -np.inf], np.inf))
+                                bounds=(JOINT_LOWER, np.inf))
             if np.all(np.isfinite(res.x)) and (best is None or res.cost < best.cost):
                 best = res
     if best is None:
         raise FitError(f"{WHAT_JOINT}: no start reached a finite optimum")
-    alpha_n, alpha_d, ln_nc, ln_dc = best.x
-    if max(abs(ln_nc), abs(ln_dc)) > 700:
-        raise FitError(f"{WHAT_JOINT}: N_c or D_c out of range (ln = {ln_nc:.4g}, {ln_dc:.4g})")
-    return KaplanJoint(
-        alpha_N=float(alpha_n), alpha_D=float(alpha_d), N_c=float(np.exp(ln_nc)),
-        D_c=float(np.exp(ln_dc)), n_points=int(ln_n.size),
-        rmse_log=float(np.sqrt(2.0 * best.cost / ln_n.size)),
-    )
+    return _joint_at(best.x, float(best.cost), int(ln_n.size))
+
+
+def refit_joint_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, start: KaplanJoint,
+                      indices: np.ndarray) -> list[KaplanJoint | str]:
+    """fit_kaplan_joint(n[idx], d[idx], loss[idx], starts=[start]) for every row idx of
+    ``indices`` at once: each resample's fit or its FitError message, in order.
+
+    Each resample is the full data weighted by how often it drew each point; all of them
+    take Levenberg-Marquardt steps together (analysis.fits.batched.least_squares_batch) from
+    the full-data optimum, with the tolerances of the one-at-a-time reference (SciPy
+    least_squares' defaults). The same least-squares problem, start and bounds, so the same
+    minimum where the resample identifies the law: tests/test_fits_kaplan.py compares them
+    resample by resample. Where it does not (a flat valley: log N and log D nearly collinear,
+    or a dozen runs), the two solvers stop at different points of the valley with costs
+    within ~1e-7 of each other; a resample that the batch does not finish (out of iterations,
+    or a scale out of range) is refitted by the reference itself. 400 resamples of the
+    quickstart's 12 runs: 3.3 s of CPU -> 0.2 s (issue 21; BENCHMARKS.md).
+    """
+    ln_n, ln_d, ln_l = _joint_logs(n, d, loss)
+    out: list[KaplanJoint | str]
+    out, weights, row_data = resample_counts(  # the same checks (and messages) as a refit
+        indices, ln_n.size, lambda idx: _joint_logs(n[idx], d[idx], loss[idx]))
+    if not row_data:
+        return out
+    x0 = np.tile([start.alpha_N, start.alpha_D, np.log(start.N_c), np.log(start.D_c)],
+                 (len(weights), 1))
+
+    def res(x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        alpha_n, alpha_d, ln_nc, ln_dc = (col[:, None] for col in x.T)
+        gap = ln_nc - ln_n
+        u, v = alpha_n / alpha_d * gap, ln_dc - ln_d
+        total = np.logaddexp(u, v)
+        share = np.exp(u - total)  # as _joint_jacobian, for k problems
+        jac = np.stack([share * gap, total - share * u, share * alpha_n,
+                        alpha_d * (1.0 - share)], axis=2)
+        return alpha_d * total - ln_l, jac
+
+    fit = least_squares_batch(res, x0, weights, ftol=JOINT_BATCH_TOL, xtol=JOINT_BATCH_TOL,
+                              gtol=JOINT_BATCH_TOL, max_iter=JOINT_BATCH_MAX_ITER,
+                              lower=np.array(JOINT_LOWER))
+    p0 = [tuple(x0[0])]
+    for j, (k, (ln_nk, _, _)) in enumerate(row_data):
+        try:
+            if fit.success[j] and np.all(np.isfinite(fit.x[j])) and np.isfinite(fit.cost[j]):
+                out[k] = _joint_at(fit.x[j], float(fit.cost[j]), int(ln_nk.size))
+                continue
+        except FitError:
+            pass  # drifted out of range along a flat valley: the reference decides
+        idx = indices[k]
+        try:  # not finished here (a law that the resample does not identify): the reference
+            out[k] = fit_kaplan_joint(n[idx], d[idx], loss[idx], starts=p0)
+        except FitError as err:
+            out[k] = str(err)
+    return out
 
 
 def fit_joint_law(n: object, d: object, loss: object, start: object = None) -> KaplanJoint:
@@ -176,8 +245,11 @@ class KaplanFit:
 
 def fit_kaplan(n: object, d: object, loss: object, curves: Sequence[Curve | None] | None, *,
                conventions: str, grid_points: int = DEFAULT_GRID_POINTS,
-               joint_starts: Sequence[Sequence[float]] | None = None) -> KaplanFit:
+               joint_starts: Sequence[Sequence[float]] | None = None,
+               joint: KaplanJoint | str | None = None) -> KaplanFit:
     """Fit all Kaplan laws that the data allow. ``n``: Kaplan's N; ``curves`` on Kaplan's C.
+    ``joint``: the joint law already fitted to these points (or why it could not be), as a
+    batched bootstrap refit has it; None fits it here.
 
     FitError only when none of them can be fitted (the message lists every reason).
     """
@@ -207,7 +279,12 @@ def fit_kaplan(n: object, d: object, loss: object, curves: Sequence[Curve | None
             attempt("L(C)", lambda: fit_inverse_power_law(env.flops, env.loss, what=what))
             attempt("N_opt(C)", lambda: fit_power_law(env.flops, env.n,
                                                       what="Kaplan N_opt(C) (envelope)"))
-    attempt("L(N,D)", lambda: fit_kaplan_joint(n_arr, d_arr, l_arr, starts=joint_starts))
+    if isinstance(joint, str):
+        skipped["L(N,D)"] = joint
+    elif joint is not None:
+        parts["L(N,D)"] = joint
+    else:
+        attempt("L(N,D)", lambda: fit_kaplan_joint(n_arr, d_arr, l_arr, starts=joint_starts))
     if not parts:
         raise FitError("Kaplan laws: none could be fitted: " +
                        "; ".join(f"{k}: {v}" for k, v in skipped.items()))
@@ -227,12 +304,30 @@ class _Refit:
     joint_start: tuple[float, ...] | None
     grid_points: int
 
-    def __call__(self, idx: np.ndarray) -> dict[str, float]:
+    def __call__(self, idx: np.ndarray, joint: KaplanJoint | str | None = None
+                 ) -> dict[str, float]:
         curves = None if self.curves is None else [self.curves[i] for i in np.unique(idx)]
         starts = None if self.joint_start is None else [self.joint_start]
         fit = fit_kaplan(self.n[idx], self.d[idx], self.loss[idx], curves, conventions="",
-                         grid_points=self.grid_points, joint_starts=starts)
+                         grid_points=self.grid_points, joint_starts=starts, joint=joint)
         return fit.statistics()
+
+    def batch(self, indices: np.ndarray) -> list[dict[str, float] | str]:
+        """Every resample at once: the joint law by refit_joint_batch, the others one by one
+        (closed-form lines and the envelope: no iterations to batch)."""
+        joints: list[KaplanJoint | str | None] = [None] * len(indices)
+        if self.joint_start is not None:
+            alpha_n, alpha_d, ln_nc, ln_dc = self.joint_start
+            start = KaplanJoint(alpha_n, alpha_d, float(np.exp(ln_nc)), float(np.exp(ln_dc)),
+                                0, 0.0)
+            joints = list(refit_joint_batch(self.n, self.d, self.loss, start, indices))
+        out: list[dict[str, float] | str] = []
+        for idx, joint in zip(indices, joints, strict=True):
+            try:
+                out.append(self(idx, joint))
+            except FitError as err:
+                out.append(str(err))
+        return out
 
 
 def bootstrap_kaplan(n: object, d: object, loss: object, curves: Sequence[Curve | None] | None,

@@ -29,7 +29,13 @@ from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_appro
 from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.envelope import build_curves
 from analysis.fits.interaction import InteractionLaw, run_interaction
-from analysis.fits.kaplan import KaplanFit, bootstrap_kaplan, fit_joint_law, fit_kaplan
+from analysis.fits.kaplan import (
+    KaplanFit,
+    bootstrap_kaplan,
+    fit_joint_law,
+    fit_kaplan,
+    refit_joint_batch,
+)
 from analysis.fits.laws import LawFit, run_law
 from analysis.fits.optimum import lines_from_runs
 from analysis.fits.quadratic import QuadraticSurface, run_quadratic
@@ -173,7 +179,7 @@ def _law_fields(fit: LawFit) -> dict[str, Any]:
 
 
 def _run_kaplan_joint(inp: FitInput) -> Estimate | Skipped:
-    return run_law(inp, fit_joint_law)
+    return run_law(inp, fit_joint_law, refit_joint_batch)
 
 
 # The report shows them in its section on the laws and the allocation (analysis.reporting.laws).

@@ -69,27 +69,31 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
         x = np.clip(x, lo, hi)
     everyone = np.arange(n_prob)
     f, g = fun(x, everyone)
-    S = np.zeros((n_prob, MEMORY, p))
-    Y = np.zeros((n_prob, MEMORY, p))
-    rho = np.zeros((n_prob, MEMORY))
     success = np.zeros(n_prob, dtype=bool)
     n_iter = np.zeros(n_prob, dtype=int)
-    first = np.ones(n_prob, dtype=bool)
     # Problems that start at a non-finite point or at a stationary one do not move.
     active = np.isfinite(f) & np.all(np.isfinite(g), axis=1)
     stationary = active & (np.max(np.abs(_projected(x, g, box)), axis=1) <= gtol)
     success[stationary] = True
     active &= ~stationary
+    # The state of the problems still running, compacted: row i is problem live[i]. Rows
+    # leave when their problem stops (written back to x, f, g), so an iteration touches
+    # contiguous arrays and never gathers or scatters the (problems, MEMORY, p) history.
+    live = np.flatnonzero(active)
+    xs, fs, gs = x[live], f[live], g[live]
+    S = np.zeros((live.size, MEMORY, p))
+    Y = np.zeros((live.size, MEMORY, p))
+    rho = np.zeros((live.size, MEMORY))
+    first = np.ones(live.size, dtype=bool)
     for _ in range(max_iter):
-        act = np.flatnonzero(active)
-        if act.size == 0:
+        if live.size == 0:
             break
-        g_act = g[act]
+        g_act = gs
         held = None
         if box is not None:  # variables on a bound, pushed outwards, stay there
-            held = (((x[act] <= box[0]) & (g_act > 0)) | ((x[act] >= box[1]) & (g_act < 0)))
-            g_act = np.where(held, 0.0, g_act)
-        d = -_two_loop(g_act, S[act], Y[act], rho[act])
+            held = (((xs <= box[0]) & (gs > 0)) | ((xs >= box[1]) & (gs < 0)))
+            g_act = np.where(held, 0.0, gs)
+        d = -_two_loop(g_act, S, Y, rho)
         if held is not None:
             d[held] = 0.0
         slope = np.einsum("kp,kp->k", g_act, d)
@@ -97,30 +101,33 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
         if bad.any():
             d[bad] = -g_act[bad]
             slope[bad] = -np.einsum("kp,kp->k", g_act[bad], g_act[bad])
-            S[act[bad]], Y[act[bad]], rho[act[bad]] = 0.0, 0.0, 0.0
-        step = np.ones(act.size)
-        new = first[act]
-        step[new] = 1.0 / np.maximum(np.linalg.norm(d[new], axis=1), 1e-300)
-        x_new, f_new, g_new, moved = _line_search(fun, act, x[act], f[act], d, slope, step,
-                                                  g[act], box)
-        n_iter[act] += 1
-        first[act] = False
-        stuck = act[~moved]  # no decrease found: stop where it is
-        active[stuck] = False
-        went = act[moved]
-        x_m, f_m, g_m = x_new[moved], f_new[moved], g_new[moved]
-        s, y = x_m - x[went], g_m - g[went]
+            S[bad], Y[bad], rho[bad] = 0.0, 0.0, 0.0
+        step = np.ones(live.size)
+        step[first] = 1.0 / np.maximum(np.linalg.norm(d[first], axis=1), 1e-300)
+        x_new, f_new, g_new, moved = _line_search(fun, live, xs, fs, d, slope, step, gs, box)
+        n_iter[live] += 1
+        first[:] = False
+        s, y = x_new - xs, g_new - gs  # zero where not moved
         sy, yy = np.einsum("kp,kp->k", s, y), np.einsum("kp,kp->k", y, y)
-        keep = sy > np.finfo(float).eps * yy
-        upd = went[keep]
-        S[upd, :-1], Y[upd, :-1], rho[upd, :-1] = S[upd, 1:], Y[upd, 1:], rho[upd, 1:]
-        S[upd, -1], Y[upd, -1], rho[upd, -1] = s[keep], y[keep], 1.0 / sy[keep]
-        f_old = f[went]
-        x[went], f[went], g[went] = x_m, f_m, g_m
-        rel = (f_old - f_m) / np.maximum(np.maximum(np.abs(f_old), np.abs(f_m)), 1.0)
-        done = (rel <= ftol) | (np.max(np.abs(_projected(x_m, g_m, box)), axis=1) <= gtol)
-        success[went[done]] = True
-        active[went[done]] = False
+        keep = moved & (sy > np.finfo(float).eps * yy)
+        if keep.all():  # the usual case: every history shifts by one
+            S[:, :-1], Y[:, :-1], rho[:, :-1] = S[:, 1:], Y[:, 1:], rho[:, 1:]
+            S[:, -1], Y[:, -1], rho[:, -1] = s, y, 1.0 / sy
+        elif keep.any():
+            S[keep, :-1], Y[keep, :-1], rho[keep, :-1] = S[keep, 1:], Y[keep, 1:], rho[keep, 1:]
+            S[keep, -1], Y[keep, -1], rho[keep, -1] = s[keep], y[keep], 1.0 / sy[keep]
+        rel = (fs - f_new) / np.maximum(np.maximum(np.abs(fs), np.abs(f_new)), 1.0)
+        done = moved & ((rel <= ftol) | (np.max(np.abs(_projected(x_new, g_new, box)), axis=1)
+                                         <= gtol))
+        xs, fs, gs = x_new, f_new, g_new
+        success[live[done]] = True
+        stop = done | ~moved  # ~moved: no decrease found, it stops where it is
+        if stop.any():
+            x[live[stop]], f[live[stop]], g[live[stop]] = xs[stop], fs[stop], gs[stop]
+            go = ~stop
+            live, xs, fs, gs = live[go], xs[go], fs[go], gs[go]
+            S, Y, rho, first = S[go], Y[go], rho[go], first[go]
+    x[live], f[live], g[live] = xs, fs, gs
     return BatchResult(x=x, fun=f, jac=g, success=success, n_iter=n_iter)
 
 
@@ -160,7 +167,7 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
     overhead, not the arithmetic, was most of a batched refit). Halving is exact in
     floating point, so the steps, and the points taken, are those of one at a time.
     """
-    x_new, f_new, g_new = x.copy(), f.copy(), np.zeros_like(x)
+    x_new, f_new, g_new = x.copy(), f.copy(), g.copy()
     moved = np.zeros(rows.size, dtype=bool)
     trying = np.arange(rows.size)
     t = step.copy()

@@ -222,7 +222,7 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=evals,
         eval_batches=eval_batches, sampling=t.sampling, mask_rate=t.mask_rate,
-        precision=t.precision,
+        precision=t.precision, head_precision=t.head_precision,
     )
 
 

@@ -176,6 +176,8 @@ class TrainSection(Strict):
     (pipeline/recipe.py). null: every run makes evals_per_run evaluations."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+    head_precision: Literal["autocast", "fp32"] = "autocast"
+    """Under bf16: the final norm and output head in bf16 ("autocast") or in fp32."""
     mask_rate: Annotated[float, Field(gt=0, lt=1)] = _TRAIN_DEFAULTS.mask_rate
     """Masked-LM families (bert) only: share of positions chosen for prediction, of which 80%
     become [MASK], 10% a random token and 10% stay (BERT's 15%; pipeline.data.masking)."""

@@ -113,7 +113,7 @@ def _measure(specs: list[RunSpec], steps: int, device: str) -> Curve:
         for spec in picks:
             torch.set_num_threads(spec.exec.threads)
             torch.manual_seed(0)
-            model = build_model(spec.model).to(dev)
+            model = build_model(spec.model, fp32_head=spec.train.head_precision == "fp32").to(dev)
             opt = make_optimizer(model, spec, dev)
             B = spec.train.batch_size
             micro = spec.exec.micro_batch_size or B

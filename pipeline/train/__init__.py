@@ -389,7 +389,7 @@ def train(
     device = pick_device(spec.exec.device)
     data = _checked_data(spec, data, tracker)
     torch.manual_seed(t.seed)
-    model = build_model(cfg).to(device)
+    model = build_model(cfg, fp32_head=t.head_precision == "fp32").to(device)
     world = parallel.current_world()
     if t.batch_size % world.size:
         raise ValueError(f"batch_size={t.batch_size} does not split over {world.size} workers")

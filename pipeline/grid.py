@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeline import flops
 from pipeline.config import SizesSection, SweepConfig, resolve_corpus
+from pipeline.estimate.device import cpu_has_native_bf16
 from pipeline.families import (
     ModelConfig,
     ShapeError,
@@ -32,7 +33,7 @@ from pipeline.families import (
     shape_for_size,
     shape_for_width,
 )
-from pipeline.recipe import trained_precision
+from pipeline.recipe import resolve_auto, trained_precision
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
 
@@ -215,6 +216,10 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
     # vit scores its whole validation split (eval_batches is unused), outside eval_budget.
     evals = (t.evals_per_run if objective(cfg.family) == "classify"
              else recipe.evals_per_run(t.evals_per_run, steps, eval_batches))
+    kind = "cuda" if cfg.resources.num_gpus > 0 else "cpu"
+    precision, head_precision = resolve_auto(
+        t.precision, t.head_precision, kind, model.family, model.d_model,
+        cpu_bf16=kind == "cpu" and t.precision == "auto" and cpu_has_native_bf16())
     return TrainSpec(
         batch_size=batch, lr=recipe.peak_lr(base_lr, model.d_model, batch),
         min_lr_ratio=t.min_lr_ratio, warmup_steps=recipe.warmup_steps(warmup_of),
@@ -222,7 +227,7 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
         beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, evals_per_run=evals,
         eval_batches=eval_batches, sampling=t.sampling, mask_rate=t.mask_rate,
-        precision=t.precision, head_precision=t.head_precision,
+        precision=precision, head_precision=head_precision,
     )
 
 

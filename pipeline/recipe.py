@@ -139,13 +139,35 @@ def lr_at(step: int, spec: RunSpec) -> float:
 
 
 # --- precision ----------------------------------------------------------------------------
-# `precision: auto` is bf16 autocast on CUDA and fp32 elsewhere. bf16 on the CPU (attention
-# in fp32, pipeline/model.py) stays opt-in (`precision: bf16`): at the chinchilla ladder's
-# and the quickstart's shapes it trains 1.01-1.08x faster than fp32, and the final-loss
-# parity check of sweeps/bf16_parity.yaml did not pass its stated rule at one of five sizes;
-# at wider heads (d 128, heads of 32) it is 1.5x, but there bf16 ended +0.0054 nats above
-# fp32 (5 seeds, 90% CI [-0.0004, +0.0112]: not equivalent within +-0.01 by the rule stated
-# before sweeps/bf16_parity_cli.yaml ran) (BENCHMARKS.md, "bf16 on the CPU").
+# `precision: auto` is bf16 autocast on CUDA. On a CPU it is fp32, except where bf16 was
+# measured both faster and at parity with fp32 (BENCHMARKS.md, "bf16 on the CPU"), where the
+# planner resolves it to bf16 with the final norm and output head in fp32 (`resolve_auto`):
+# - speed, per CPU-second, the trainer as it is, interleaved rounds: at the chinchilla
+#   ladder's and the quickstart's shapes (d 16-56, heads of 4-8) bf16 is 1.00-1.08x, so auto
+#   stays fp32 there (no new ids for 1-8%); at d 128 with heads of 32 it is 1.5x;
+# - parity at d 128 (sweeps/bf16_parity_cli.yaml, gpt L4, 3M tokens, seeds 0-4 paired with
+#   fp32): plain bf16 autocast ended +0.0054 nats above fp32, 90% CI [-0.0004, +0.0112], not
+#   equivalent within +-0.01 (its rule); with the head in fp32 (the logits not rounded to bf16
+#   before the loss) -0.0014, 95% CI [-0.0054, +0.0027]: equivalent by the stricter rule stated
+#   before those runs (2026-12-06);
+# - native bf16 instructions (avx512_bf16 or amx_bf16): without them bf16 is emulated and
+#   slower than fp32.
+# Only GPT was measured, so only GPT is resolved; other families stay fp32 on CPUs.
+AUTO_BF16_MIN_D_MODEL = 128
+"""auto trains in bf16 (head in fp32) on a CPU with native bf16 from this width (GPT)."""
+AUTO_BF16_FAMILIES = ("gpt",)
+
+
+def resolve_auto(precision: str, head_precision: str, device_type: str, family: str,
+                 d_model: int, cpu_bf16: bool) -> tuple[str, str]:
+    """(precision, head_precision) the planner writes into a run's TrainSpec for the sweep's
+    values on a device type: `auto` becomes ("bf16", "fp32") where the rule above binds;
+    everything else is kept as given (so every earlier run keeps its id). `cpu_bf16`: whether
+    the CPU the runs train on has native bf16 (pipeline.estimate.device.cpu_has_native_bf16)."""
+    if (precision == "auto" and device_type == "cpu" and cpu_bf16
+            and family in AUTO_BF16_FAMILIES and d_model >= AUTO_BF16_MIN_D_MODEL):
+        return "bf16", "fp32"
+    return precision, head_precision
 
 
 def trained_precision(precision: str, device_type: str) -> str:
@@ -153,3 +175,9 @@ def trained_precision(precision: str, device_type: str) -> str:
     if precision == "bf16" or (precision == "auto" and device_type == "cuda"):
         return "bf16"
     return "fp32"
+
+
+def precision_label(precision: str, head_precision: str, device_type: str) -> str:
+    """"fp32", "bf16" or "bf16, head fp32": what a run trains in, for plans and CLI lines."""
+    trained = trained_precision(precision, device_type)
+    return "bf16, head fp32" if trained == "bf16" and head_precision == "fp32" else trained

@@ -38,6 +38,25 @@ class Target:
         return self.flops_per_s is None
 
 
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""x86 CPU flags (Linux /proc/cpuinfo) of bf16 arithmetic in hardware: without one, oneDNN
+emulates bf16 and it is slower than fp32."""
+
+
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this machine's CPU computes bf16 natively (what precision auto needs on a CPU,
+    pipeline.recipe.resolve_auto). Read from the flags, without importing torch; False where
+    there is no /proc/cpuinfo (not Linux) or it names none of NATIVE_BF16_FLAGS."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return any(flag in line.split() for flag in NATIVE_BF16_FLAGS)
+    except OSError:
+        return False
+    return False
+
+
 def ram_bytes() -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 

@@ -13,7 +13,7 @@ from pipeline import flops, keys
 from pipeline.config import SweepConfig
 from pipeline.families import data_unit
 from pipeline.grid import Plan
-from pipeline.recipe import trained_precision
+from pipeline.recipe import precision_label
 from pipeline.spec import RunSpec
 from pipeline.terminal import console, say
 
@@ -49,7 +49,8 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
         table.add_column(col, justify="left" if col in ("run_id", "notes") else "right")
     total_flops = total_time = trained_total = 0.0
     kind = "cuda" if cfg.resources.num_gpus > 0 else "cpu"
-    precisions = {trained_precision(s.train.precision, kind) for s in plan.specs}
+    precisions = {precision_label(s.train.precision, s.train.head_precision, kind)
+                  for s in plan.specs}
     for s in plan.specs:
         m, n = s.model, flops.params_total(s.model)
         c = flops.training_flops(m, s.tokens, "exact")
@@ -66,7 +67,7 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
             notes.append(f"batch {t.batch_size}, lr {t.lr:.3g}, warmup {t.warmup_steps}, "
                          f"wd {t.weight_decay:g}")
         if len(precisions) > 1:
-            notes.append(trained_precision(s.train.precision, kind))
+            notes.append(precision_label(s.train.precision, s.train.head_precision, kind))
         if s.train.evals_per_run < cfg.train.evals_per_run:  # eval_budget binds
             notes.append(f"evals {s.train.evals_per_run}")
         if s.role != keys.ROLE_MAIN:

@@ -16,8 +16,14 @@ from pathlib import Path
 from pipeline import flops, keys
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
+from pipeline.estimate.device import cpu_has_native_bf16
 from pipeline.families import FAMILIES, data_unit, make_config, model_vocab_size, objective
-from pipeline.recipe import ScalingRecipe, trained_precision
+from pipeline.recipe import (
+    AUTO_BF16_MIN_D_MODEL,
+    ScalingRecipe,
+    precision_label,
+    resolve_auto,
+)
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.tracking import Ledger, default_tracking_uri
 from pipeline.train import pick_device
@@ -69,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "evaluation of a run of more than 3 steps)")
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
-                   help="auto: bf16 autocast on CUDA, fp32 elsewhere")
+                   help="auto: bf16 autocast on CUDA; on a CPU fp32, or bf16 with the head in "
+                        "fp32 where it was measured faster and at parity (GPT from d_model "
+                        f"{AUTO_BF16_MIN_D_MODEL} on a CPU with native bf16: pipeline/recipe.py)")
+    p.add_argument("--head-precision", default="autocast", choices=["autocast", "fp32"],
+                   help="under bf16: the final norm and output head in bf16 (autocast) or fp32")
     p.add_argument("--experiment", default="single-runs", help="MLflow experiment name")
     p.add_argument("--checkpoint-dir", default="checkpoints")
     p.add_argument("--checkpoint-interval", type=int, default=0)
@@ -98,11 +108,14 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     budget = ScalingRecipe.eval_budget if args.eval_budget is None else args.eval_budget
     evals = (args.evals if image else ScalingRecipe(eval_budget=budget)
              .evals_per_run(args.evals, steps, eval_batches))
+    kind = pick_device(args.device).type
+    precision, head = resolve_auto(args.precision, args.head_precision, kind, cfg.family,
+                                   cfg.d_model, cpu_bf16=kind == "cpu" and cpu_has_native_bf16())
     return RunSpec(
         sweep=args.experiment, model=cfg, data=data_spec,
         train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
-                        schedule=args.schedule, seed=args.seed, precision=args.precision,
-                        mask_rate=mask_rate, evals_per_run=evals, eval_batches=eval_batches),
+                        schedule=args.schedule, seed=args.seed, precision=precision,
+                        head_precision=head, mask_rate=mask_rate, evals_per_run=evals, eval_batches=eval_batches),
         steps=steps,
         exec=ExecSpec(threads=args.threads, device=args.device,
                       checkpoint_interval=args.checkpoint_interval),
@@ -164,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # ShapeError, DataError, a bad --mask-rate: one line, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cfg, steps = spec.model, spec.steps
+    cfg, steps, t = spec.model, spec.steps, spec.train
     uri = default_tracking_uri()
     ledger = Ledger(uri, args.experiment)
     existing = ledger.trials().get(spec.run_id)
@@ -176,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run {spec.run_id}: {cfg.family} n_layer={cfg.n_layer} d_model={cfg.d_model} "
           f"N={flops.params_total(cfg):,} (non-emb {flops.params_non_embedding(cfg):,}) "
           f"D={spec.tokens:,} {data_unit(cfg.family)} in {steps} steps, "
-          f"{trained_precision(spec.train.precision, pick_device(args.device).type)}, "
+          f"{precision_label(t.precision, t.head_precision, pick_device(args.device).type)}, "
           f"{(steps - 1) // spec.train.resolved_eval_interval(steps) + 1} evaluations; "
           f"tracking at {uri}")
     ckpt = str(Path(args.checkpoint_dir).resolve() / args.experiment / spec.run_id)

@@ -335,8 +335,8 @@ def nan_at_step(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     bad_step = 7
 
     class NaNModel(Transformer):
-        def __init__(self, cfg) -> None:
-            super().__init__(cfg)
+        def __init__(self, cfg, **kw) -> None:
+            super().__init__(cfg, **kw)
             self.train_calls = 0
 
         def forward(self, idx, targets=None):

@@ -14,9 +14,10 @@ This trains seeds 0 and 1 of one cell of sweeps/chinchilla.yaml (its own RunSpec
 run ids as the committed ledger) in two processes at once, keeps their final weights, and
 scores both models (fp32, as trained) on:
 - the run's own 128 windows (its final_val_loss, as the ledger has it);
-- every non-overlapping window of the validation split, in disjoint sets of 128: the spread
-  of (seed 1 - seed 0) across the sets is the evaluation's share of the seed difference, and
-  all of them together give the two models' losses nearly free of it.
+- every non-overlapping window of the validation split, in disjoint sets of 128, each spread
+  evenly over the split as the run's own are: the spread of (seed 1 - seed 0) across the
+  sets is the evaluation's share of the seed difference, and all of them together give the
+  two models' losses nearly free of it.
 """
 
 from __future__ import annotations
@@ -73,12 +74,15 @@ def rescore(budget: float, size: int, folders: dict[int, Path], set_size: int) -
     T = spec.model.seq_len
     own = objective.validation_batches(spec, data, spec.train.batch_size,
                                        spec.train.eval_batches, device)
-    # Every non-overlapping window of the split, in disjoint sets of set_size windows.
+    # Every non-overlapping window of the split, in disjoint sets of set_size windows, each
+    # spread over the whole split as the study's are (pipeline.data.batches.eval_batches:
+    # evenly spaced): set k holds windows k, k + n_sets, k + 2 n_sets, ... (consecutive
+    # windows would make each set one stretch of a few files).
     val = torch.from_numpy(np.asarray(data.val, dtype=np.int64))
     starts = torch.arange(0, len(val) - T - 1, T + 1)
     windows = torch.stack([val[s:s + T + 1] for s in starts.tolist()])
     n_sets = len(windows) // set_size
-    sets = windows[: n_sets * set_size].reshape(n_sets, set_size, T + 1)
+    sets = windows[: n_sets * set_size].reshape(set_size, n_sets, T + 1).transpose(0, 1)
     out: dict = {"budget": budget, "run_ids": {}, "own": {}, "sets": {}, "n_sets": n_sets,
                  "set_windows": set_size, "window_tokens": T}
     for seed, folder in folders.items():
@@ -91,7 +95,7 @@ def rescore(budget: float, size: int, folders: dict[int, Path], set_size: int) -
         losses = []
         for chunk in sets:  # one set = its windows in batches of the run's eval batch size
             batches = [(b[:, :-1].contiguous(), b[:, 1:].contiguous())
-                       for b in chunk.split(s.train.batch_size)]
+                       for b in chunk.contiguous().split(s.train.batch_size)]
             losses.append(evaluate(model, batches, s, device))
         out["sets"][seed] = losses
     return out

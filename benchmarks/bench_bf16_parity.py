@@ -186,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--treatment", choices=("bf16", HEAD_FP32), default="bf16",
                    help=f"the runs set against fp32: plain bf16 autocast, or {HEAD_FP32} (the "
                         "final norm and output head in fp32; its rule: --level 0.95)")
-    p.add_argument("--level", type=float, default=0.90,
-                   help="--rule equivalence: the interval that must lie within the margin")
+    p.add_argument("--level", type=float, default=None,
+                   help="--rule equivalence: the interval that must lie within the margin "
+                        f"(default: each treatment's stated rule, 0.90 for bf16, 0.95 for "
+                        f"{HEAD_FP32})")
     p.add_argument("--reps", type=int, default=3, help="--speed: interleaved rounds")
     p.add_argument("--window-s", type=float, default=1.5, help="--speed: seconds per window")
     args = p.parse_args(argv)
@@ -211,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     wide = table.pivot_table(index=["d_model", "seed"], columns="precision",
                              values="final_val_loss").dropna()
-    e = equivalence((wide["bf16"] - wide["fp32"]).to_numpy(), level=args.level)
+    level = args.level or (0.95 if args.treatment == HEAD_FP32 else 0.90)
+    e = equivalence((wide["bf16"] - wide["fp32"]).to_numpy(), level=level)
     print(f"equivalence ({args.treatment} - fp32): {e['level']:.0%} CI "
           f"[{e['ci'][0]:+.4f}, {e['ci'][1]:+.4f}] within "
           f"+-{e['margin']}: {'yes' if e['equivalent'] else 'NO'}")

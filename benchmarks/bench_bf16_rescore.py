@@ -28,7 +28,8 @@ def spec_of(precision: str, seed: int):
 
     plan = expand(load_sweep(SWEEP))
     return next(s for s in plan.specs
-                if s.train.precision == precision and s.train.seed == seed)
+                if s.train.precision == precision and s.train.seed == seed
+                and s.train.head_precision == "autocast")  # the first treatment's runs
 
 
 def train_one(precision: str, seed: int, folder: Path) -> None:

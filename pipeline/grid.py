@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline import flops
 from pipeline.config import SizesSection, SweepConfig, resolve_corpus
-from pipeline.estimate.device import cpu_has_native_bf16
+from pipeline.estimate.device import planned_cpu_bf16, planning_cpu
 from pipeline.families import (
     ModelConfig,
     ShapeError,
@@ -219,7 +219,7 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
     kind = "cuda" if cfg.resources.num_gpus > 0 else "cpu"
     precision, head_precision = resolve_auto(
         t.precision, t.head_precision, kind, model.family, model.d_model,
-        cpu_bf16=kind == "cpu" and t.precision == "auto" and cpu_has_native_bf16())
+        cpu_bf16=kind == "cpu" and t.precision == "auto" and planned_cpu_bf16())
     return TrainSpec(
         batch_size=batch, lr=recipe.peak_lr(base_lr, model.d_model, batch),
         min_lr_ratio=t.min_lr_ratio, warmup_steps=recipe.warmup_steps(warmup_of),
@@ -444,12 +444,31 @@ def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = 
     """The run ids the file plans now: its main plan (``plan`` when the caller has expanded it
     already, as the sweep driver has) and, for each held-out run (N, budget) of a ledger, the
     run the held-out section would plan had the fit put the optimum at that N (same recipe and
-    seed). A held-out run of an earlier recipe is therefore not in the set."""
+    seed). A held-out run of an earlier recipe is therefore not in the set. A CPU sweep with
+    precision auto plans other ids on a CPU with native bf16 (pipeline.recipe.resolve_auto):
+    the ids of both kinds of CPU count, so a report made on another machine keeps the runs."""
+    held_out = list(held_out)  # read once per kind of CPU
+    ids = _planned_ids(cfg, held_out, sweep_path, vocab_size, plan)
+    if cfg.train.precision == "auto" and cfg.resources.num_gpus == 0:
+        for native in (True, False):
+            with planning_cpu(native):
+                ids |= _planned_ids(cfg, held_out, sweep_path, vocab_size, None)
+    return ids
+
+
+def _planned_ids(cfg: SweepConfig, held_out: list[tuple[float, float]],
+                 sweep_path: Path | str, vocab_size: int | None, plan: Plan | None) -> set[str]:
     vocab = vocab_size or vocab_size_for(cfg)  # the tokenizer's; expand checks it is known
     ids = {s.run_id for s in (plan or expand(cfg, sweep_path, vocab)).specs}
     section = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if section is None:
         return ids
+    for n, budget in held_out:
+        if budget in section.budgets:
+            one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
+                "holdout": section.model_copy(update={"budgets": [budget]})})})
+            ids |= {s.run_id for s in plan_holdout(one, {budget: n}, sweep_path, vocab).specs}
+    return ids
     for n, budget in held_out:
         if budget in section.budgets:
             one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={

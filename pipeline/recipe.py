@@ -161,13 +161,17 @@ AUTO_BF16_FAMILIES = ("gpt",)
 def resolve_auto(precision: str, head_precision: str, device_type: str, family: str,
                  d_model: int, cpu_bf16: bool) -> tuple[str, str]:
     """(precision, head_precision) the planner writes into a run's TrainSpec for the sweep's
-    values on a device type: `auto` becomes ("bf16", "fp32") where the rule above binds;
-    everything else is kept as given (so every earlier run keeps its id). `cpu_bf16`: whether
-    the CPU the runs train on has native bf16 (pipeline.estimate.device.cpu_has_native_bf16;
-    the planning machine's: a sweep for a cluster of other CPUs sets its precision explicitly)."""
+    values on a device type: `auto` becomes ("bf16", "fp32") where the rule above binds; a
+    run that trains in fp32 gets head_precision "autocast" (the head is fp32 anyway: the same
+    computation keeps one id); everything else is kept as given (so every earlier run keeps
+    its id). `cpu_bf16`: whether the CPU the runs train on has native bf16
+    (pipeline.estimate.device.planned_cpu_bf16: the planning machine's unless told otherwise;
+    a sweep for a cluster of other CPUs sets its precision explicitly)."""
     if (precision == "auto" and device_type == "cpu" and cpu_bf16
             and family in AUTO_BF16_FAMILIES and d_model >= AUTO_BF16_MIN_D_MODEL):
         return "bf16", "fp32"
+    if trained_precision(precision, device_type) == "fp32":
+        return precision, "autocast"
     return precision, head_precision
 
 

@@ -84,7 +84,9 @@ class TrainSpec:
     eval_batches: int = 8
     """Fixed validation batches per evaluation (of batch_size sequences each)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+    """auto: bf16 autocast on CUDA; on a CPU fp32, except where the planner resolves it to
+    bf16 with the head in fp32 (pipeline.recipe.resolve_auto: GPT from d_model 128 on a CPU
+    with native bf16)."""
     head_precision: Literal["autocast", "fp32"] = "autocast"
     """Under bf16 autocast, the final norm and the output head (the logits) in the autocast
     precision ("autocast": the logits are rounded to bf16 before the fp32 loss) or in fp32

@@ -175,7 +175,9 @@ class TrainSection(Strict):
     more keeps its final evaluation and as many of the evals_per_run along the way as fit
     (pipeline/recipe.py). null: every run makes evals_per_run evaluations."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """auto: bf16 autocast on CUDA, fp32 elsewhere."""
+    """auto: bf16 autocast on CUDA; on a CPU fp32, except where the planner resolves it to
+    bf16 with the head in fp32 (pipeline.recipe.resolve_auto: GPT from d_model 128 on a CPU
+    with native bf16)."""
     head_precision: Literal["autocast", "fp32"] = "autocast"
     """Under bf16: the final norm and output head in bf16 ("autocast") or in fp32."""
     mask_rate: Annotated[float, Field(gt=0, lt=1)] = _TRAIN_DEFAULTS.mask_rate

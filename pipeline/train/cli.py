@@ -16,7 +16,7 @@ from pathlib import Path
 from pipeline import flops, keys
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
-from pipeline.estimate.device import cpu_has_native_bf16
+from pipeline.estimate.device import planned_cpu_bf16
 from pipeline.families import FAMILIES, data_unit, make_config, model_vocab_size, objective
 from pipeline.recipe import (
     AUTO_BF16_MIN_D_MODEL,
@@ -110,12 +110,13 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
              .evals_per_run(args.evals, steps, eval_batches))
     kind = pick_device(args.device).type
     precision, head = resolve_auto(args.precision, args.head_precision, kind, cfg.family,
-                                   cfg.d_model, cpu_bf16=kind == "cpu" and cpu_has_native_bf16())
+                                   cfg.d_model, cpu_bf16=kind == "cpu" and planned_cpu_bf16())
     return RunSpec(
         sweep=args.experiment, model=cfg, data=data_spec,
         train=TrainSpec(batch_size=args.batch_size, lr=args.lr, warmup_steps=warmup,
                         schedule=args.schedule, seed=args.seed, precision=precision,
-                        head_precision=head, mask_rate=mask_rate, evals_per_run=evals, eval_batches=eval_batches),
+                        head_precision=head, mask_rate=mask_rate, evals_per_run=evals,
+                        eval_batches=eval_batches),
         steps=steps,
         exec=ExecSpec(threads=args.threads, device=args.device,
                       checkpoint_interval=args.checkpoint_interval),

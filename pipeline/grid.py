@@ -33,7 +33,7 @@ from pipeline.families import (
     shape_for_size,
     shape_for_width,
 )
-from pipeline.recipe import resolve_auto, trained_precision
+from pipeline.recipe import AUTO_BF16_FAMILIES, resolve_auto, trained_precision
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
 
@@ -449,7 +449,8 @@ def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = 
     the ids of both kinds of CPU count, so a report made on another machine keeps the runs."""
     held_out = list(held_out)  # read once per kind of CPU
     ids = _planned_ids(cfg, held_out, sweep_path, vocab_size, plan)
-    if cfg.train.precision == "auto" and cfg.resources.num_gpus == 0:
+    if (cfg.train.precision == "auto" and cfg.resources.num_gpus == 0
+            and cfg.family in AUTO_BF16_FAMILIES):
         for native in (True, False):
             with planning_cpu(native):
                 ids |= _planned_ids(cfg, held_out, sweep_path, vocab_size, None)
@@ -463,12 +464,6 @@ def _planned_ids(cfg: SweepConfig, held_out: list[tuple[float, float]],
     section = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if section is None:
         return ids
-    for n, budget in held_out:
-        if budget in section.budgets:
-            one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
-                "holdout": section.model_copy(update={"budgets": [budget]})})})
-            ids |= {s.run_id for s in plan_holdout(one, {budget: n}, sweep_path, vocab).specs}
-    return ids
     for n, budget in held_out:
         if budget in section.budgets:
             one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={

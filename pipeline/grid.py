@@ -448,12 +448,11 @@ def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = 
     precision auto plans other ids on a CPU with native bf16 (pipeline.recipe.resolve_auto):
     the ids of both kinds of CPU count, so a report made on another machine keeps the runs."""
     held_out = list(held_out)  # read once per kind of CPU
-    ids = _planned_ids(cfg, held_out, sweep_path, vocab_size, plan)
+    ids = _planned_ids(cfg, held_out, sweep_path, vocab_size, plan)  # this machine's CPU
     if (cfg.train.precision == "auto" and cfg.resources.num_gpus == 0
             and cfg.family in AUTO_BF16_FAMILIES):
-        for native in (True, False):
-            with planning_cpu(native):
-                ids |= _planned_ids(cfg, held_out, sweep_path, vocab_size, None)
+        with planning_cpu(not planned_cpu_bf16()):  # and the other kind
+            ids |= _planned_ids(cfg, held_out, sweep_path, vocab_size, None)
     return ids
 
 

@@ -10,6 +10,7 @@ sweep's resources.device_memory_gb where given, else this machine's when the run
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,10 +47,12 @@ NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 emulates bf16 and it is slower than fp32."""
 
 
+@functools.cache
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this machine's CPU computes bf16 natively (what precision auto needs on a CPU,
-    pipeline.recipe.resolve_auto). Read from the flags, without importing torch; False where
-    there is no /proc/cpuinfo (not Linux) or it names none of NATIVE_BF16_FLAGS."""
+    pipeline.recipe.resolve_auto). Read from the flags once per process (the planner asks for
+    every run), without importing torch; False where there is no /proc/cpuinfo (not Linux) or
+    it names none of NATIVE_BF16_FLAGS."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as f:
             for line in f:

@@ -74,7 +74,12 @@ class TrainSpec:
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value (0 disables)."""
     seed: int = 0
-    """Seeds initialisation and the batch sequence (batches are a function of (seed, step))."""
+    """Seeds initialisation and, unless data_seed is set, the batch sequence (batches are a
+    function of (seed, step))."""
+    data_seed: int | None = None
+    """Seeds the batch sequence (and a masked family's masks) instead of `seed`: runs with
+    one data_seed and different seeds differ only in their initialisation, so they read the
+    same windows in the same order (common random numbers across seeds). None: `seed`."""
     eval_interval: int = 0
     """Evaluate every this many steps; 0 means steps // evals_per_run (at least 1)."""
     evals_per_run: int = 8
@@ -99,6 +104,11 @@ class TrainSpec:
     replacement (in a run of half an epoch ~21% of the tokens trained are repeats), or
     "shuffled": non-overlapping windows in a fresh permutation each epoch, so no token is
     seen twice before the split is used up."""
+
+    @property
+    def batch_seed(self) -> int:
+        """The seed of the batch sequence: data_seed, or seed where it is None."""
+        return self.seed if self.data_seed is None else self.data_seed
 
     def decay_start(self, steps: int) -> int:
         """wsd: the first step of the final decay of a run of `steps` steps."""
@@ -177,6 +187,8 @@ class RunSpec:
         for section, name, legacy in _ADDED_LATER:
             if d[section].get(name) == legacy:
                 del d[section][name]
+        if d["train"].get("data_seed") == self.train.seed:  # one computation, one id
+            del d["train"]["data_seed"]
         return d
 
     @property
@@ -199,7 +211,7 @@ class RunSpec:
 
 
 _ADDED_LATER = (("train", "sampling", "random"), ("train", "mask_rate", 0.15),
-                ("train", "head_precision", "autocast"),
+                ("train", "head_precision", "autocast"), ("train", "data_seed", None),
                 ("model", "image_size", 0), ("model", "patch_size", 0), ("model", "channels", 0),
                 ("data", "image_size", None))
 """(section, field, value every run had before the field existed)."""

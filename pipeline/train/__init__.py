@@ -484,7 +484,7 @@ def _finish(run: _Run, data: TokenData, wall: float, diverged_step: int | None,
         result.unique_tokens = images_seen(len(data.train), spec.train.batch_size, steps_done)
     else:
         result.unique_tokens = unique_tokens_seen(
-            len(data.train), spec.train.batch_size, spec.model.seq_len, spec.train.seed,
+            len(data.train), spec.train.batch_size, spec.model.seq_len, spec.train.batch_seed,
             steps_done, spec.train.sampling)
     _log_summary(tracker, result, spec.model.positions if spec.model.is_image else 0)
     return result

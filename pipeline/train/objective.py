@@ -42,13 +42,13 @@ def train_batch(spec: RunSpec, data: TokenData, step: int, device: torch.device)
     """The global batch of optimizer step `step`."""
     t = spec.train
     if is_classify(spec):
-        return image_batch(data, t.batch_size, t.seed, step, device)  # type: ignore[arg-type]
+        return image_batch(data, t.batch_size, t.batch_seed, step, device)  # type: ignore[arg-type]
     if not is_masked(spec):
-        return get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step,
+        return get_batch(data.train, t.batch_size, spec.model.seq_len, t.batch_seed, step,
                          device=device, sampling=t.sampling)
-    x, _ = get_batch(data.train, t.batch_size, spec.model.seq_len, t.seed, step, device="cpu",
+    x, _ = get_batch(data.train, t.batch_size, spec.model.seq_len, t.batch_seed, step, device="cpu",
                      sampling=t.sampling)
-    inputs, targets = mask_windows(x, t.mask_rate, data.vocab_size, train_rng(t.seed, step))
+    inputs, targets = mask_windows(x, t.mask_rate, data.vocab_size, train_rng(t.batch_seed, step))
     return _to_device(inputs, device), _to_device(targets, device)
 
 

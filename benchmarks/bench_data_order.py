@@ -13,6 +13,13 @@ run, so the runs of a cell differ only in their initialisation. Beside the ledge
 same computation, the same run id) they give σ_init, pooled over the cells, to set against the
 seed pairs' σ in the same cells (reports/chinchilla/runs.csv).
 
+With --eval-interval K the runs also evaluate every K steps (evaluations never change the
+trained weights: the same final loss) and keep their curves, and the summary says whether two
+seeds of a cell differ by a gap that persists to the end (the models) or by jitter between
+neighbouring evaluations (the final iterate, which weight averaging would smooth):
+
+    python benchmarks/bench_data_order.py OUT2 --sizes 0 --seeds 0 3 --eval-interval 20
+
 Each finished run is appended to OUT/runs.jsonl as it ends; a rerun skips the runs already
 there, so an interrupted measurement resumes.
 """
@@ -55,26 +62,33 @@ def shared_order_spec(budget: float, size: int, seed: int):
     return replace(base, train=replace(base.train, seed=seed, data_seed=0))
 
 
-def _train(job: tuple[float, int, int]) -> dict:
+def _train(job: tuple[float, int, int, int]) -> dict:
     import torch
 
     from pipeline.flops import params_total
     from pipeline.train import NullTracker, train
 
     torch.set_num_threads(1)
-    budget, size, seed = job
+    budget, size, seed, eval_interval = job
     spec = shared_order_spec(budget, size, seed)
+    if eval_interval:
+        spec = replace(spec, train=replace(spec.train, eval_interval=eval_interval))
     t0 = time.time()
     result = train(spec, NullTracker(), resume=False)
-    return {"budget": budget, "size": size, "seed": seed, "data_seed": 0,
-            "run_id": spec.run_id, "N": params_total(spec.model), "D": spec.tokens,
-            "final_val_loss": result.final_val_loss, "wall_s": round(time.time() - t0, 1)}
+    record = {"budget": budget, "size": size, "seed": seed, "data_seed": 0,
+              "run_id": spec.run_id, "N": params_total(spec.model), "D": spec.tokens,
+              "final_val_loss": result.final_val_loss, "wall_s": round(time.time() - t0, 1)}
+    if eval_interval:
+        record["curve"] = {"step": result.curve["step"], "val_loss": result.curve["val_loss"]}
+    return record
 
 
-def measure(out: Path, budget: float, sizes: list[int], seeds: list[int], workers: int) -> None:
+def measure(out: Path, budget: float, sizes: list[int], seeds: list[int], workers: int,
+            eval_interval: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     done = {(r["budget"], r["size"], r["seed"]) for r in read(out)}
-    jobs = [(budget, z, s) for z in sizes for s in seeds if (budget, z, s) not in done]
+    jobs = [(budget, z, s, eval_interval) for z in sizes for s in seeds
+            if (budget, z, s) not in done]
     print(f"{len(jobs)} runs to train ({len(done)} already in {out / RECORDS})", flush=True)
     with mp.get_context("spawn").Pool(workers) as pool:
         for r in pool.imap_unordered(_train, jobs):
@@ -94,11 +108,15 @@ def summary(out: Path) -> None:
     import numpy as np
     import pandas as pd
 
+    records = read(out)
+    if not records:
+        raise SystemExit(f"no runs in {out / RECORDS}")
+    if all("curve" in r for r in records):
+        curves(records)
+        return
     ledger = pd.read_csv(LEDGER)
     ledger = ledger[ledger["role"] == "main"]
-    runs = pd.DataFrame(read(out))
-    if runs.empty:
-        raise SystemExit(f"no runs in {out / RECORDS}")
+    runs = pd.DataFrame(records)
     ss_init = ss_pair = 0.0
     df_init = df_pair = 0
     print("| C | N | seed 0 (ledger) | init seeds, data 0 | sd, init only | seed 1 (ledger) "
@@ -122,6 +140,33 @@ def summary(out: Path) -> None:
           f"{math.sqrt(ss_pair / df_pair):.4f}")
 
 
+def curves(records: list[dict], tail: float = 0.1) -> None:
+    """Runs with curves, per cell: the gap between each seed and the first over the last
+    `tail` of the run (mean, sd) and each run's jitter there (sd of neighbouring evaluations'
+    differences / √2: the noise of one evaluation of the final iterate)."""
+    import numpy as np
+
+    cells: dict[tuple, list[dict]] = {}
+    for r in records:
+        cells.setdefault((r["budget"], r["size"]), []).append(r)
+    print(f"| C | N | seed | final | jitter, last {tail:.0%} | gap to the first seed, last "
+          f"{tail:.0%}: mean (sd) | gap at 50% / 75% of the run |")
+    print("|---|---|---|---|---|---|---|")
+    for (budget, _size), runs in sorted(cells.items()):
+        runs = sorted(runs, key=lambda r: r["seed"])
+        first = np.array(runs[0]["curve"]["val_loss"])
+        steps = np.array(runs[0]["curve"]["step"])
+        last = steps >= steps[-1] * (1 - tail)
+        for r in runs:
+            v = np.array(r["curve"]["val_loss"])
+            gap = v - first
+            at = [gap[np.searchsorted(steps, f * steps[-1])] for f in (0.5, 0.75)]
+            print(f"| {budget:g} | {r['N']:,} | {r['seed']} | {r['final_val_loss']:.4f} "
+                  f"| {np.std(np.diff(v[last])) / math.sqrt(2):.4f} "
+                  f"| {gap[last].mean():+.4f} ({gap[last].std():.4f}) "
+                  f"| {at[0]:+.4f} / {at[1]:+.4f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path, help="folder of the runs (resumable)")
@@ -130,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3],
                    help="initialisation seeds, each with data_seed 0 (0 is the ledger's run)")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--eval-interval", type=int, default=0,
+                   help="also evaluate every K steps and keep the curves (0: the sweep's)")
     p.add_argument("--summary", action="store_true", help="only print the table from OUT")
     a = p.parse_args(argv)
     if not a.summary:
-        measure(a.out, a.budget, a.sizes, a.seeds, a.workers)
+        measure(a.out, a.budget, a.sizes, a.seeds, a.workers, a.eval_interval)
     summary(a.out)
     return 0
 

@@ -1,6 +1,7 @@
 """A sweep trained on one GPU machine without Ray or MLflow, then written into the ledger.
 
     python benchmarks/gpu_study.py run SWEEP_FILE OUT [--workers W] [--deadline-s S]
+                                           [--done RUNS_CSV_OR_FOLDER ...]
     python benchmarks/gpu_study.py import OUT --sweep-file SWEEP_FILE [--tracking-uri URI]
 
 Why: the GPU machine lent to some sessions has torch but neither Ray nor MLflow, and nothing
@@ -18,6 +19,14 @@ RunResult as one gzip member appended to OUT/runs.jsonl.gz as it finishes, so a 
 crash keeps every finished run. Runs are not checkpointed (a lost run is trained again).
 --deadline-s: no run starts after that many seconds (the held-out runs only start if every
 main run finished).
+
+A study larger than one GPU session (the lent machine: 15 minutes of device time a session)
+accumulates: --done names what earlier sessions trained, a report's runs.csv (the committed
+ledger's runs) or an earlier OUT folder (its records), and OUT's own records count too (a
+rerun into the same folder resumes). Those runs are not trained again, they enter the fit that
+plans the held-out runs, and if any of them was trained on other tokens than the data built
+here (another data fingerprint: e.g. site-packages differ between machines) nothing is trained
+and the error names the run and both fingerprints.
 
 import: replays each record into the sweep's MLflow experiment through pipeline.tracking, the
 ledger's only writer: the child run, params and spec artifact the driver creates, then the
@@ -125,7 +134,55 @@ def _train_all(specs: list, data_spec: dict, workers: int, out: Path, deadline: 
     return [r for r in records if r["status"] != "not_started"]
 
 
-def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit: str) -> int:
+def finished_before(paths: list[Path], convention: str) -> dict[str, dict]:
+    """Runs finished in earlier sessions: run_id -> {fingerprint, role, row (N, D, C, loss,
+    budget), source}, from a report's runs.csv or a folder of this script's records."""
+    import csv
+
+    done: dict[str, dict] = {}
+    for path in paths:
+        if path.is_dir():
+            if not (path / RECORDS).is_file():
+                continue
+            for r in read_records(path):
+                if r["status"] != "finished":
+                    continue
+                res, spec = r["result"], r["spec"]
+                done[spec["run_id"]] = {
+                    "fingerprint": r.get("data_fingerprint", ""), "role": spec["role"],
+                    "row": (res["params_total"], res["tokens"], res["flops"][convention],
+                            res["final_val_loss"], spec["budget"]),
+                    "source": str(path / RECORDS)}
+            continue
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        column = f"flops_{convention}"
+        for need in ("run_id", "data_fingerprint", "role", "N", "D", column, "loss", "budget"):
+            if rows and need not in rows[0]:
+                raise SystemExit(f"error: {path}: no column {need!r} (a report's runs.csv "
+                                 f"has it)")
+        for row in rows:
+            budget = float(row["budget"]) if row["budget"] else None
+            done[row["run_id"]] = {
+                "fingerprint": row["data_fingerprint"], "role": row["role"],
+                "row": (float(row["N"]), float(row["D"]), float(row[column]),
+                        float(row["loss"]), budget),
+                "source": str(path)}
+    return done
+
+
+def other_tokens(done: dict[str, dict], fingerprint: str) -> str | None:
+    """A run of `done` trained on other tokens than `fingerprint`, in words; None if none."""
+    for run_id, d in sorted(done.items()):
+        if d["fingerprint"] and d["fingerprint"] != fingerprint:
+            return (f"{d['source']}: run {run_id} was trained on tokens "
+                    f"{d['fingerprint'][:12]}, the data built here are {fingerprint[:12]} (the "
+                    f"corpus, tokenizer or split differ); nothing trained")
+    return None
+
+
+def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit: str,
+        done_paths: tuple[Path, ...] = ()) -> int:
     from analysis.fits.approach2 import fit_approach2
     from pipeline.config import load_sweep
     from pipeline.data import load_data
@@ -136,6 +193,7 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
     deadline = start + deadline_s
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_sweep(sweep_file)
+    done = finished_before([out, *done_paths], cfg.flops_convention)
     data_spec = data_spec_for(cfg, sweep_file)
     data = load_data(data_spec, progress=lambda m: print(f"data: {m}", flush=True))
     vocab = vocab_size_for(cfg) or data.vocab_size
@@ -144,24 +202,29 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
                                      sweep_file):
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    if problem := other_tokens(done, data.fingerprint):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     extra = {"git_commit": git_commit, "data_fingerprint": data.fingerprint}
     (out / "plan.json").write_text(json.dumps(
         {"sweep_file": sweep_file, "runs": len(plan.specs), "workers": workers,
          "data_fingerprint": data.fingerprint, "train_tokens": len(data.train)}, indent=1))
-    print(f"{len(plan.specs)} main runs on {workers} processes; data {data.fingerprint[:12]} "
+    todo = [s for s in plan.specs if s.run_id not in done]
+    print(f"{len(plan.specs)} main runs, {len(plan.specs) - len(todo)} finished before, "
+          f"{len(todo)} to train on {workers} processes; data {data.fingerprint[:12]} "
           f"({len(data.train):,} train tokens)", flush=True)
-    main = _train_all(plan.specs, asdict(data_spec), workers, out, deadline, extra, "main")
-    finished = [r for r in main if r["status"] == "finished"]
-    print(f"main runs: {len(finished)} of {len(plan.specs)} finished in "
-          f"{time.time() - start:.0f} s", flush=True)
+    main = _train_all(todo, asdict(data_spec), workers, out, deadline, extra, "main")
+    rows = [done[s.run_id]["row"] for s in plan.specs if s.run_id in done]
+    rows += [(r["result"]["params_total"], r["result"]["tokens"],
+              r["result"]["flops"][cfg.flops_convention], r["result"]["final_val_loss"],
+              r["spec"]["budget"]) for r in main if r["status"] == "finished"]
+    print(f"main runs: {len(rows)} of {len(plan.specs)} finished ({time.time() - start:.0f} s)",
+          flush=True)
     if cfg.isoflop is None or cfg.isoflop.holdout is None:
         return 0
-    if len(finished) < len(plan.specs):
+    if len(rows) < len(plan.specs):
         print("held-out runs not planned: not every main run finished", flush=True)
         return 1
-    rows = [(r["result"]["params_total"], r["result"]["tokens"],
-             r["result"]["flops"][cfg.flops_convention], r["result"]["final_val_loss"],
-             r["spec"]["budget"]) for r in finished]
     import numpy as np
 
     fit = fit_approach2(*(np.array(col, dtype=float) for col in zip(*rows, strict=True)))
@@ -174,7 +237,10 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
                                      sweep_file):
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    _train_all(held.specs, asdict(data_spec), workers, out, deadline, extra, "holdout")
+    held_todo = [s for s in held.specs if s.run_id not in done]
+    print(f"{len(held.specs)} held-out runs, {len(held.specs) - len(held_todo)} finished "
+          f"before", flush=True)
+    _train_all(held_todo, asdict(data_spec), workers, out, deadline, extra, "holdout")
     print(f"all done in {time.time() - start:.0f} s", flush=True)
     return 0
 
@@ -198,7 +264,20 @@ def import_records(folder: Path, sweep_file: str, uri: str) -> tuple[int, int]:
 
     cfg = load_sweep(sweep_file)
     ledger = Ledger(uri, cfg.name)
-    done = {rid for rid, rec in ledger.trials().items() if rec.status == keys.STATUS_FINISHED}
+    trials = ledger.trials()
+    done = {rid for rid, rec in trials.items() if rec.status == keys.STATUS_FINISHED}
+    # Runs on other tokens than the ledger's would be fitted together silently: refuse them
+    # all before anything is written.
+    theirs = {rec.data_fingerprint: rid for rid, rec in trials.items()
+              if rec.status == keys.STATUS_FINISHED and rec.data_fingerprint}
+    for record in read_records(folder):
+        ours = record.get("data_fingerprint", "")
+        if theirs and ours and ours not in theirs:
+            other, rid = next(iter(theirs.items()))
+            raise SystemExit(
+                f"error: {folder / RECORDS}: run {record['spec'].get('run_id')} was trained on "
+                f"tokens {ours[:12]}, the ledger's runs of {cfg.name!r} on {other[:12]} (e.g. "
+                f"run {rid}): the corpus, tokenizer or split differ; nothing imported")
     parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
                                 IMPORTED_FROM_TAG: IMPORTED_FROM})
     imported = skipped = 0
@@ -248,13 +327,21 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--deadline-s", type=float, default=math.inf,
                    help="start no run after this many seconds")
     r.add_argument("--git-commit", default="", help="the commit of this code, for the ledger")
+    r.add_argument("--done", type=Path, nargs="+", default=[],
+                   help="runs trained before, not to train again: a report's runs.csv or an "
+                        "earlier OUT folder")
     i = sub.add_parser("import", help="write a run's records into the MLflow ledger")
     i.add_argument("folder", type=Path)
     i.add_argument("--sweep-file", required=True)
     i.add_argument("--tracking-uri", default=None)
     args = p.parse_args(argv)
     if args.command == "run":
-        return run(args.sweep_file, args.out, args.workers, args.deadline_s, args.git_commit)
+        for path in args.done:
+            if not path.exists():
+                print(f"error: --done {path}: no such file or folder", file=sys.stderr)
+                return 2
+        return run(args.sweep_file, args.out, args.workers, args.deadline_s, args.git_commit,
+                   tuple(args.done))
     if not (args.folder / RECORDS).is_file():
         print(f"error: {args.folder / RECORDS}: no such file", file=sys.stderr)
         return 2

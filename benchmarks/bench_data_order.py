@@ -77,7 +77,8 @@ def _train(job: tuple[float, int, int, int]) -> dict:
     result = train(spec, NullTracker(), resume=False)
     record = {"budget": budget, "size": size, "seed": seed, "data_seed": 0,
               "run_id": spec.run_id, "N": params_total(spec.model), "D": spec.tokens,
-              "final_val_loss": result.final_val_loss, "wall_s": round(time.time() - t0, 1)}
+              "final_val_loss": result.final_val_loss, "wall_s": round(time.time() - t0, 1),
+              "eval_interval": eval_interval}
     if eval_interval:
         record["curve"] = {"step": result.curve["step"], "val_loss": result.curve["val_loss"]}
     return record
@@ -86,7 +87,11 @@ def _train(job: tuple[float, int, int, int]) -> dict:
 def measure(out: Path, budget: float, sizes: list[int], seeds: list[int], workers: int,
             eval_interval: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    done = {(r["budget"], r["size"], r["seed"]) for r in read(out)}
+    earlier = read(out)
+    if other := {r.get("eval_interval", 0) for r in earlier} - {eval_interval}:
+        raise SystemExit(f"error: {out / RECORDS} holds runs of --eval-interval "
+                         f"{sorted(other)[0]}, not {eval_interval}: use another folder")
+    done = {(r["budget"], r["size"], r["seed"]) for r in earlier}
     jobs = [(budget, z, s, eval_interval) for z in sizes for s in seeds
             if (budget, z, s) not in done]
     print(f"{len(jobs)} runs to train ({len(done)} already in {out / RECORDS})", flush=True)

@@ -49,6 +49,7 @@ import socket
 import sys
 import time
 import traceback
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 
@@ -109,6 +110,8 @@ def _train_all(specs: list, data_spec: dict, workers: int, out: Path, deadline: 
                extra: dict, label: str) -> list[dict]:
     """Train specs in `workers` processes, largest budget and D first; every record (runs
     past the deadline come back "not_started" and are not written)."""
+    if not specs:
+        return []
     order = sorted(specs, key=lambda s: (-(s.budget or 0.0), -s.tokens, s.run_id))
     records: list[dict] = []
     ctx = mp.get_context("spawn")  # CUDA in the children needs a fresh interpreter
@@ -134,24 +137,27 @@ def _train_all(specs: list, data_spec: dict, workers: int, out: Path, deadline: 
     return [r for r in records if r["status"] != "not_started"]
 
 
-def finished_before(paths: list[Path], convention: str) -> dict[str, dict]:
-    """Runs finished in earlier sessions: run_id -> {fingerprint, role, row (N, D, C, loss,
-    budget), source}, from a report's runs.csv or a folder of this script's records."""
+def ended_before(paths: list[Path], convention: str) -> dict[str, dict]:
+    """Runs that ended in earlier sessions (finished, or diverged: a result too, never trained
+    again, as the sweep driver has it): run_id -> {fingerprint, role, row (N, D, C, loss,
+    budget; None for a diverged run), source}, from a report's runs.csv (its finished runs)
+    or a folder of this script's records."""
     import csv
 
     done: dict[str, dict] = {}
     for path in paths:
         if path.is_dir():
             if not (path / RECORDS).is_file():
-                continue
+                continue  # OUT before its first run; --done folders are checked in main()
             for r in read_records(path):
-                if r["status"] != "finished":
+                if r["status"] not in ("finished", "diverged"):
                     continue
                 res, spec = r["result"], r["spec"]
+                row = (res["params_total"], res["tokens"], res["flops"][convention],
+                       res["final_val_loss"], spec["budget"])
                 done[spec["run_id"]] = {
                     "fingerprint": r.get("data_fingerprint", ""), "role": spec["role"],
-                    "row": (res["params_total"], res["tokens"], res["flops"][convention],
-                            res["final_val_loss"], spec["budget"]),
+                    "row": row if r["status"] == "finished" else None,
                     "source": str(path / RECORDS)}
             continue
         with open(path, newline="") as f:
@@ -161,13 +167,15 @@ def finished_before(paths: list[Path], convention: str) -> dict[str, dict]:
             if rows and need not in rows[0]:
                 raise SystemExit(f"error: {path}: no column {need!r} (a report's runs.csv "
                                  f"has it)")
-        for row in rows:
-            budget = float(row["budget"]) if row["budget"] else None
-            done[row["run_id"]] = {
-                "fingerprint": row["data_fingerprint"], "role": row["role"],
-                "row": (float(row["N"]), float(row["D"]), float(row[column]),
-                        float(row["loss"]), budget),
-                "source": str(path)}
+        for line, row in enumerate(rows, start=2):
+            try:
+                values = (float(row["N"]), float(row["D"]), float(row[column]),
+                          float(row["loss"]), float(row["budget"]) if row["budget"] else None)
+            except ValueError as e:
+                raise SystemExit(f"error: {path}: line {line} (run {row['run_id']}): {e}") \
+                    from None
+            done[row["run_id"]] = {"fingerprint": row["data_fingerprint"], "role": row["role"],
+                                   "row": values, "source": str(path)}
     return done
 
 
@@ -193,7 +201,7 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
     deadline = start + deadline_s
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_sweep(sweep_file)
-    done = finished_before([out, *done_paths], cfg.flops_convention)
+    done = ended_before([out, *done_paths], cfg.flops_convention)
     data_spec = data_spec_for(cfg, sweep_file)
     data = load_data(data_spec, progress=lambda m: print(f"data: {m}", flush=True))
     vocab = vocab_size_for(cfg) or data.vocab_size
@@ -214,20 +222,30 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
           f"{len(todo)} to train on {workers} processes; data {data.fingerprint[:12]} "
           f"({len(data.train):,} train tokens)", flush=True)
     main = _train_all(todo, asdict(data_spec), workers, out, deadline, extra, "main")
-    rows = [done[s.run_id]["row"] for s in plan.specs if s.run_id in done]
-    rows += [(r["result"]["params_total"], r["result"]["tokens"],
-              r["result"]["flops"][cfg.flops_convention], r["result"]["final_val_loss"],
-              r["spec"]["budget"]) for r in main if r["status"] == "finished"]
-    print(f"main runs: {len(rows)} of {len(plan.specs)} finished ({time.time() - start:.0f} s)",
-          flush=True)
+    ended = {s.run_id: done[s.run_id]["row"] for s in plan.specs if s.run_id in done}
+    ended.update({r["spec"]["run_id"]: (
+        r["result"]["params_total"], r["result"]["tokens"],
+        r["result"]["flops"][cfg.flops_convention], r["result"]["final_val_loss"],
+        r["spec"]["budget"]) if r["status"] == "finished" else None
+        for r in main if r["status"] in ("finished", "diverged")})
+    rows = [row for row in ended.values() if row is not None]
+    print(f"main runs: {len(rows)} of {len(plan.specs)} finished, "
+          f"{len(ended) - len(rows)} diverged ({time.time() - start:.0f} s)", flush=True)
     if cfg.isoflop is None or cfg.isoflop.holdout is None:
         return 0
-    if len(rows) < len(plan.specs):
-        print("held-out runs not planned: not every main run finished", flush=True)
+    if len(ended) < len(plan.specs):  # as pipeline.holdout: once every main run has ended
+        print("held-out runs not planned: not every main run has ended", flush=True)
         return 1
     import numpy as np
 
-    fit = fit_approach2(*(np.array(col, dtype=float) for col in zip(*rows, strict=True)))
+    from analysis.errors import AnalysisError
+
+    try:
+        fit = fit_approach2(*(np.array(col, dtype=float) for col in zip(*rows, strict=True)))
+    except AnalysisError as e:
+        print(f"held-out runs not planned: Approach 2 cannot be fitted on the main budgets, so "
+              f"there is no predicted optimum to train at: {e}", file=sys.stderr)
+        return 1
     n_opt = {c: float(fit.n_opt(c)) for c in cfg.isoflop.holdout.budgets}
     for c, n in n_opt.items():
         print(f"held-out budget C={c:.3g}: Approach 2 on the main budgets (a = {fit.a:.3f}) "
@@ -249,8 +267,23 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
 
 
 def read_records(folder: Path) -> list[dict]:
-    with gzip.open(folder / RECORDS, "rt") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of `folder`. A run killed while appending (a call's time limit) leaves a
+    truncated last member: the complete records before it are kept, and a warning names it."""
+    lines: list[str] = []
+    try:
+        with gzip.open(folder / RECORDS, "rt") as f:
+            for line in f:
+                lines.append(line)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        print(f"warning: {folder / RECORDS}: truncated after {len(lines)} complete record(s) "
+              f"({type(e).__name__}); the rest is ignored", file=sys.stderr)
+    records = []
+    for line in lines:
+        if not line.endswith("\n"):
+            break  # the last, cut short
+        if line.strip():
+            records.append(json.loads(line))
+    return records
 
 
 def import_records(folder: Path, sweep_file: str, uri: str) -> tuple[int, int]:
@@ -265,28 +298,30 @@ def import_records(folder: Path, sweep_file: str, uri: str) -> tuple[int, int]:
     cfg = load_sweep(sweep_file)
     ledger = Ledger(uri, cfg.name)
     trials = ledger.trials()
-    done = {rid for rid, rec in trials.items() if rec.status == keys.STATUS_FINISHED}
     # Runs on other tokens than the ledger's would be fitted together silently: refuse them
     # all before anything is written.
-    theirs = {rec.data_fingerprint: rid for rid, rec in trials.items()
-              if rec.status == keys.STATUS_FINISHED and rec.data_fingerprint}
-    for record in read_records(folder):
-        ours = record.get("data_fingerprint", "")
-        if theirs and ours and ours not in theirs:
-            other, rid = next(iter(theirs.items()))
-            raise SystemExit(
-                f"error: {folder / RECORDS}: run {record['spec'].get('run_id')} was trained on "
-                f"tokens {ours[:12]}, the ledger's runs of {cfg.name!r} on {other[:12]} (e.g. "
-                f"run {rid}): the corpus, tokenizer or split differ; nothing imported")
-    parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
-                                IMPORTED_FROM_TAG: IMPORTED_FROM})
-    imported = skipped = 0
-    for record in read_records(folder):
-        if record["status"] not in (keys.STATUS_FINISHED, keys.STATUS_DIVERGED):
-            continue
+    ended = (keys.STATUS_FINISHED, keys.STATUS_DIVERGED)
+    theirs = {rec.data_fingerprint: f"the ledger's run {rid}" for rid, rec in trials.items()
+              if rec.status in ended and rec.data_fingerprint}
+    records = [r for r in read_records(folder) if r["status"] in ended]
+    for record in records:
         if (sweep := record["spec"].get("sweep")) != cfg.name:
             raise SystemExit(f"error: {folder / RECORDS}: run {record['spec'].get('run_id')} "
                              f"is of sweep {sweep!r}, not {cfg.name!r} ({sweep_file})")
+        ours, rid = record.get("data_fingerprint", ""), record["spec"].get("run_id")
+        if ours and theirs and ours not in theirs:
+            other, where = next(iter(theirs.items()))
+            raise SystemExit(
+                f"error: {folder / RECORDS}: run {rid} was trained on tokens {ours[:12]}, "
+                f"{where} of {cfg.name!r} on {other[:12]}: the corpus, tokenizer or split "
+                f"differ; nothing imported")
+        if ours:
+            theirs.setdefault(ours, f"run {rid} of this folder")
+    done = {rid for rid, rec in trials.items() if rec.status in ended}
+    parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
+                                IMPORTED_FROM_TAG: IMPORTED_FROM})
+    imported = skipped = 0
+    for record in records:
         spec = RunSpec.from_dict(record["spec"])
         if spec.run_id in done:
             skipped += 1
@@ -339,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.done:
             if not path.exists():
                 print(f"error: --done {path}: no such file or folder", file=sys.stderr)
+                return 2
+            if path.is_dir() and not (path / RECORDS).is_file():
+                print(f"error: --done {path}: no {RECORDS} there (give a report's runs.csv or "
+                      f"an earlier OUT folder)", file=sys.stderr)
                 return 2
         return run(args.sweep_file, args.out, args.workers, args.deadline_s, args.git_commit,
                    tuple(args.done))

@@ -225,7 +225,8 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
         min_lr_ratio=t.min_lr_ratio, warmup_steps=recipe.warmup_steps(warmup_of),
         schedule=schedule,
         decay_fraction=t.decay_fraction, weight_decay=t.weight_decay, beta1=t.beta1,
-        beta2=t.beta2, grad_clip=t.grad_clip, seed=seed, data_seed=t.data_seed,
+        beta2=t.beta2, grad_clip=t.grad_clip, seed=seed,
+        data_seed=None if t.data_seed == seed else t.data_seed,  # one computation, one spec
         evals_per_run=evals,
         eval_batches=eval_batches, sampling=t.sampling, mask_rate=t.mask_rate,
         precision=precision, head_precision=head_precision,

@@ -77,9 +77,10 @@ class TrainSpec:
     """Seeds initialisation and, unless data_seed is set, the batch sequence (batches are a
     function of (seed, step))."""
     data_seed: int | None = None
-    """Seeds the batch sequence (and a masked family's masks) instead of `seed`: runs with
-    one data_seed and different seeds differ only in their initialisation, so they read the
-    same windows in the same order (common random numbers across seeds). None: `seed`."""
+    """Seeds the batch sequence (the windows or images drawn at each step, and a masked
+    family's masks) instead of `seed`: runs with one data_seed and different seeds read the
+    same batches and differ in the stream of `seed` only (initialisation, and dropout where
+    it is on): common random numbers across seeds. None: `seed`."""
     eval_interval: int = 0
     """Evaluate every this many steps; 0 means steps // evals_per_run (at least 1)."""
     evals_per_run: int = 8

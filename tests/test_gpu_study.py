@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from analysis.runs.load import load_sweep as load_runs
 from pipeline import keys
 from pipeline.config import load_sweep
-from pipeline.grid import planned_run_ids
+from pipeline.grid import expand, planned_run_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "sweeps" / "tiny.yaml"
@@ -115,14 +115,13 @@ RESUMED = {
 }
 
 
-def _runs_csv(path: Path, sweep: Path, fingerprint: str) -> set[str]:
-    """A report's runs.csv of every main run of `sweep`, as if trained in an earlier session:
-    IsoFLOP profiles with their minimum at the middle width (so Approach 2's fit predicts it for
-    the held-out budget). Returns the run ids."""
+def _runs_csv(path: Path, sweep: Path, fingerprint: str, keep: int | None = None) -> list[str]:
+    """A report's runs.csv of the first `keep` main runs of `sweep` (all by default), as if
+    trained in an earlier session: IsoFLOP profiles with their minimum at the middle size (so
+    Approach 2 predicts it for the held-out budget). Returns the planned main run ids."""
     import csv
 
     from pipeline import flops
-    from pipeline.grid import expand
 
     cfg = load_sweep(sweep)
     specs = expand(cfg, sweep).specs
@@ -131,71 +130,115 @@ def _runs_csv(path: Path, sweep: Path, fingerprint: str) -> set[str]:
         w = csv.writer(f)
         w.writerow(["run_id", "N", "D", "loss", "budget", "flops_exact", "data_fingerprint",
                     "role"])
-        for s in specs:
+        for s in specs[:keep]:
             n = flops.params_total(s.model)
             w.writerow([s.run_id, n, s.tokens, 2.0 + 0.1 * math.log(n / middle) ** 2, s.budget,
                         flops.training_flops(s.model, s.tokens, "exact"), fingerprint, "main"])
-    return {s.run_id for s in specs}
+    return [s.run_id for s in specs]
 
 
-def _gpu_study(*args: str, cwd: Path, env_cache: Path) -> subprocess.CompletedProcess:
+def _gpu_study(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess:
     import os
 
     from pipeline.data import CACHE_ENV
 
-    env = {**os.environ, CACHE_ENV: str(env_cache)}
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_study.py"), *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+                          cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, CACHE_ENV: str(cache)})
+
+
+def _fingerprint(sweep: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    from pipeline.data import CACHE_ENV, load_data
+    from pipeline.grid import data_spec_for
+
+    monkeypatch.setenv(CACHE_ENV, str(cache))
+    return load_data(data_spec_for(load_sweep(sweep), sweep)).fingerprint
+
+
+def _sweep(tmp_path: Path, doc: dict) -> Path:
+    import yaml
+
+    sweep = tmp_path / f"{doc['name']}.yaml"
+    sweep.write_text(yaml.safe_dump(doc))
+    return sweep
 
 
 @pytest.mark.slow
 def test_runs_trained_before_are_not_trained_again_and_plan_the_held_out_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import yaml
-
-    from pipeline.data import CACHE_ENV, load_data
-    from pipeline.grid import data_spec_for
+    from pipeline import flops
 
     gs = _script()
-    sweep = tmp_path / "resumed.yaml"
-    sweep.write_text(yaml.safe_dump(RESUMED))
-    cache = tmp_path / "cache"
-    monkeypatch.setenv(CACHE_ENV, str(cache))
-    fingerprint = load_data(data_spec_for(load_sweep(sweep), sweep)).fingerprint
-    main_ids = _runs_csv(tmp_path / "runs.csv", sweep, fingerprint)
+    sweep, cache = _sweep(tmp_path, RESUMED), tmp_path / "cache"
+    runs_csv = tmp_path / "runs.csv"
+    main_ids = _runs_csv(runs_csv, sweep, _fingerprint(sweep, cache, monkeypatch))
 
     out = tmp_path / "out"
-    done = _gpu_study("run", str(sweep), str(out), "--workers", "1", "--done",
-                      str(tmp_path / "runs.csv"), cwd=tmp_path, env_cache=cache)
+    done = _gpu_study("run", str(sweep), str(out), "--workers", "1", "--done", str(runs_csv),
+                      cwd=tmp_path, cache=cache)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "9 main runs, 9 finished before, 0 to train" in done.stdout
     records = gs.read_records(out)
     assert [r["spec"]["role"] for r in records] == [keys.ROLE_HOLDOUT]  # only the held-out run
     assert records[0]["spec"]["run_id"] not in main_ids
-    assert math.isclose(records[0]["result"]["params_total"],  # at the middle width
-                        sorted(gs.finished_before([tmp_path / "runs.csv"], "exact")[i]["row"][0]
-                               for i in main_ids)[3])
+    sizes = sorted({flops.params_total(s.model) for s in expand(load_sweep(sweep), sweep).specs})
+    assert records[0]["result"]["params_total"] == sizes[1]  # at the predicted optimum
 
-    again = _gpu_study("run", str(sweep), str(out), "--workers", "1", "--done",
-                       str(tmp_path / "runs.csv"), cwd=tmp_path, env_cache=cache)
+    again = _gpu_study("run", str(sweep), str(out), "--workers", "1", "--done", str(runs_csv),
+                       cwd=tmp_path, cache=cache)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "1 held-out runs, 1 finished before" in again.stdout  # OUT's own records count
     assert len(gs.read_records(out)) == 1
+    # A later session: an earlier OUT folder passed with --done, into a new OUT.
+    later = _gpu_study("run", str(sweep), str(tmp_path / "out2"), "--done", str(runs_csv),
+                       str(out), cwd=tmp_path, cache=cache)
+    assert later.returncode == 0 and "1 held-out runs, 1 finished before" in later.stdout
+    assert not (tmp_path / "out2" / gs.RECORDS).exists()
+
+
+@pytest.mark.slow
+def test_only_the_runs_not_trained_before_are_trained(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    gs = _script()
+    cache = tmp_path / "cache"
+    runs_csv = tmp_path / "runs.csv"
+    planned = _runs_csv(runs_csv, TINY, _fingerprint(TINY, cache, monkeypatch), keep=2)
+    out = tmp_path / "out"
+    done = _gpu_study("run", str(TINY), str(out), "--workers", "1", "--done", str(runs_csv),
+                      cwd=tmp_path, cache=cache)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "4 main runs, 2 finished before, 2 to train" in done.stdout
+    assert sorted(r["spec"]["run_id"] for r in gs.read_records(out)) == sorted(planned[2:])
 
 
 def test_runs_on_other_tokens_stop_the_study_before_it_trains(tmp_path: Path) -> None:
-    import yaml
-
-    sweep = tmp_path / "resumed.yaml"
-    sweep.write_text(yaml.safe_dump(RESUMED))
-    _runs_csv(tmp_path / "runs.csv", sweep, "0" * 64)
+    sweep, cache = _sweep(tmp_path, RESUMED), tmp_path / "cache"
+    _runs_csv(tmp_path / "runs.csv", sweep, "0" * 64, keep=3)  # 6 runs left to train
     out = tmp_path / "out"
     done = _gpu_study("run", str(sweep), str(out), "--done", str(tmp_path / "runs.csv"),
-                      cwd=tmp_path, env_cache=tmp_path / "cache")
+                      cwd=tmp_path, cache=cache)
     assert done.returncode == 2
     assert "was trained on tokens 000000000000" in done.stderr
     assert "nothing trained" in done.stderr and "Traceback" not in done.stderr
     assert not (out / "runs.jsonl.gz").exists()
-    missing = _gpu_study("run", str(sweep), str(out), "--done", str(tmp_path / "nope.csv"),
-                         cwd=tmp_path, env_cache=tmp_path / "cache")
-    assert missing.returncode == 2 and "nope.csv: no such file or folder" in missing.stderr
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: None, "nope: no such file or folder"),
+    (lambda p: p.mkdir(), "nope: no runs.jsonl.gz there"),
+])
+def test_a_done_path_that_holds_no_runs_is_refused(tmp_path: Path, make, message: str) -> None:
+    make(tmp_path / "nope")
+    done = _gpu_study("run", str(TINY), str(tmp_path / "out"), "--done", str(tmp_path / "nope"),
+                      cwd=tmp_path, cache=tmp_path / "cache")
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_records_file_cut_short_keeps_its_complete_records(tmp_path: Path, capsys) -> None:
+    gs = _script()
+    for i in range(3):
+        gs._append(tmp_path, {"spec": {"run_id": str(i)}, "status": "finished"})
+    whole = (tmp_path / gs.RECORDS).read_bytes()
+    (tmp_path / gs.RECORDS).write_bytes(whole[:-10])  # killed while appending the third
+    assert [r["spec"]["run_id"] for r in gs.read_records(tmp_path)] == ["0", "1"]
+    assert "truncated after 2 complete record(s)" in capsys.readouterr().err

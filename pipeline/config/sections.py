@@ -165,10 +165,9 @@ class TrainSection(Strict):
     seeds: Annotated[list[Annotated[int, Field(ge=0, le=2**32 - 1)]], Field(min_length=1)] = [0]
     """One run per seed for every cell."""
     data_seed: Annotated[int, Field(ge=0, le=2**32 - 1)] | None = None
-    """Every run reads the batch sequence of this seed, its own seed then setting only its
-    initialisation: the seeds of a cell, and the runs of one seed across cells, read the same
-    windows in the same order (common random numbers; docs/recipes.md). null: each run's
-    batches follow its own seed."""
+    """Every run draws its batches (windows, images, masks) from this seed, its own seed then
+    setting its initialisation (and dropout): the seeds of a cell read the same batches
+    (common random numbers; docs/recipes.md). null: each run's batches follow its own seed."""
     evals_per_run: PosInt = 8
     """Evaluations along each run (plus one at the end), fewer where eval_budget binds."""
     eval_batches: PosInt = 8

@@ -76,6 +76,8 @@ def run_name(spec: RunSpec) -> str:
         parts.append(spec.model.family)
     if spec.train.seed:
         parts.append(f"seed{spec.train.seed}")
+    if spec.train.batch_seed != spec.train.seed:
+        parts.append(f"data{spec.train.batch_seed}")
     if spec.role != "main":
         parts.append(spec.role)
     return " ".join([*parts, spec.run_id[:6]])

@@ -60,6 +60,8 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
         est_s = estimate.get(s.run_id, math.nan) if estimate else math.nan
         total_time += est_s * trained / c
         notes = [f"seed {s.train.seed}"] if s.train.seed else []
+        if s.train.batch_seed != s.train.seed:
+            notes.append(f"batches of seed {s.train.batch_seed}")
         if len(cfg.train.schedule_list()) > 1:
             notes.append(s.train.schedule)
         if cfg.train.variants or cfg.train.batch_rule_steps:  # the recipe values that vary

@@ -8,7 +8,6 @@ earlier run keeps its id, and a data_seed equal to the seed is the same run.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ import yaml
 
 import pipeline.grid as grid
 from pipeline.config import SweepError, parse_sweep
-from pipeline.data import CACHE_ENV, TokenData, load_data
+from pipeline.data import TokenData, load_data
 from pipeline.families import make_config, model_vocab_size
 from pipeline.ledger.ui import run_name
 from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
@@ -34,18 +33,8 @@ def gpt_spec(**train_kw: object) -> RunSpec:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("token-cache")
-
-
-@pytest.fixture(autouse=True)
-def _cache_env(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(cache_dir))
-
-
-@pytest.fixture(scope="module")
-def data(cache_dir: Path) -> TokenData:
-    return load_data(DATA, cache_dir=str(cache_dir))
+def data() -> TokenData:
+    return load_data(DATA)  # in the test session's token cache (tests/conftest.py)
 
 
 def test_the_default_and_a_data_seed_equal_to_the_seed_keep_the_run_id() -> None:

@@ -1,10 +1,12 @@
 """Sweep overhead (Ray + MLflow against a plain loop) and memory of the same runs.
 
     python benchmarks/bench_sweep.py                 # ~3-4 minutes on 2 cores
+    python benchmarks/bench_sweep.py --sweep-file sweeps/quickstart.yaml   # ~10 minutes
 
 A small plan is built in code (an IsoFLOP sweep file parsed with pipeline.config.parse_sweep,
 expanded with pipeline.grid.expand: one budget, 4 gpt shapes, ~10 s of CPU each, the default
-recipe: 8 evaluations plus the final one). The same RunSpecs run
+recipe: 8 evaluations plus the final one), or with --sweep-file a shipped sweep's own plan
+(its main runs; issue 21's target is stated on the quickstart's). The same RunSpecs run
   (a) in a loop of pipeline.train.train(spec, NullTracker()) in one process, and
   (b) through pipeline.driver.runner.run_sweep: a fresh sqlite MLflow store, a local Ray with
       --cpus 1 (so runs go one at a time), checkpoints at every evaluation (the default),
@@ -54,10 +56,13 @@ isoflop:
 """
 
 
-def plan(budget: float):
-    from pipeline.config import parse_sweep
+def plan(budget: float, sweep_file: str | None = None):
+    from pipeline.config import load_sweep, parse_sweep
     from pipeline.grid import expand
 
+    if sweep_file:
+        cfg = load_sweep(sweep_file)
+        return cfg, expand(cfg, sweep_file)
     cfg = parse_sweep(SWEEP_YAML.format(budget=budget), "bench-overhead.yaml")
     return cfg, expand(cfg, ".", 256)
 
@@ -71,13 +76,13 @@ def mib(kb: float) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def loop_worker(budget: float) -> dict:
+def loop_worker(budget: float, sweep_file: str | None) -> dict:
     import numpy as np
 
     from pipeline.data import load_data
     from pipeline.train import NullTracker, train
 
-    cfg, p = plan(budget)
+    cfg, p = plan(budget, sweep_file)
     data = load_data(p.specs[0].data)  # the cache is built (by the parent): this only maps it
     check = {"train_is_memmap": isinstance(data.train, np.memmap),
              "train_mib": data.train.nbytes / 2**20}
@@ -102,7 +107,7 @@ def loop_worker(budget: float) -> dict:
             "hwm_mib": after["VmHWM"] / 1024, **check}
 
 
-def sweep_worker(budget: float, root: str) -> dict:
+def sweep_worker(budget: float, root: str, sweep_file: str | None) -> dict:
     import ray
 
     import pipeline.driver.runner as runner
@@ -110,7 +115,7 @@ def sweep_worker(budget: float, root: str) -> dict:
     from pipeline.data import load_data
     from pipeline.tracking import default_tracking_uri
 
-    cfg, p = plan(budget)
+    cfg, p = plan(budget, sweep_file)
     data = load_data(p.specs[0].data)
     parts: dict[str, float] = {}
 
@@ -182,9 +187,10 @@ def cpu_by_role(mon: procmon.TreeMonitor) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def run_worker(kind: str, budget: float, root: str) -> tuple[dict, procmon.TreeMonitor]:
+def run_worker(kind: str, budget: float, root: str,
+               sweep_file: str | None) -> tuple[dict, procmon.TreeMonitor]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--root", root,
-           "--budget", f"{budget:g}"]
+           "--budget", f"{budget:g}", *(["--sweep-file", sweep_file] if sweep_file else [])]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     with procmon.TreeMonitor(proc.pid) as mon:
         out, _ = proc.communicate()
@@ -207,7 +213,7 @@ def print_memory(a1: dict, mon_a1, mon_b, n: int) -> None:
              if any("run_trial" in t for t in p.titles)}
     print("\nMemory")
     mrows = [{
-        "process": "(a) loop process (4 runs in turn)",
+        "process": f"(a) loop process ({n} runs in turn)",
         "peak RSS (VmHWM)": mib(a1["hwm_mib"] * 1024),
         "RssAnon growth over the runs": f"{a1['anon_growth_mib']:+.0f} MiB",
         "RssFile growth": f"{a1['file_growth_mib']:+.0f} MiB",
@@ -239,14 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=3e11,
                    help="the IsoFLOP budget (exact FLOPs) of every run (3e11: ~8 s of CPU each)")
+    p.add_argument("--sweep-file", help="measure this sweep file's plan instead (its own "
+                   "runs, recipe and corpus)")
     p.add_argument("--worker", choices=["loop", "sweep"], help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker == "loop":
-        print(json.dumps(loop_worker(args.budget)))
+        print(json.dumps(loop_worker(args.budget, args.sweep_file)))
         return 0
     if args.worker == "sweep":
-        print(json.dumps(sweep_worker(args.budget, args.root)))
+        print(json.dumps(sweep_worker(args.budget, args.root, args.sweep_file)))
         return 0
 
     root = tempfile.mkdtemp(prefix="bs-", dir="/tmp")  # short: Ray's socket paths
@@ -257,11 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("RAY_ADDRESS", None)
     try:
         print(bl.machine_header("Sweep overhead: Ray + MLflow vs a loop of train()"))
-        cfg, pl = plan(args.budget)
-        print(f"plan: {len(pl.specs)} gpt runs at C={args.budget:g} (exact): "
+        cfg, pl = plan(args.budget, args.sweep_file)
+        what = (f"{args.sweep_file}: {len(pl.specs)} {cfg.family} runs" if args.sweep_file else
+                f"{len(pl.specs)} gpt runs at C={args.budget:g} (exact)")
+        print(f"plan: {what}: "
               + ", ".join(f"L{s.model.n_layer} d{s.model.d_model} {s.steps} steps"
-                          for s in pl.specs) + " (batch 16 x 128), "
-              f"default recipe (8 evals + final, 8 eval batches); RAY_TMPDIR="
+                          for s in pl.specs) + (" (its recipe)" if args.sweep_file else
+                                                " (batch 16 x 128), default recipe (8 evals "
+                                                "+ final, 8 eval batches)")
+              + "; RAY_TMPDIR="
               f"{os.environ['RAY_TMPDIR']}, MLFLOW_TRACKING_URI="
               f"{os.environ['MLFLOW_TRACKING_URI']}")
         from pipeline.data import load_data
@@ -270,12 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         load_data(pl.specs[0].data)  # build the token cache once, untimed (as the driver does)
         print(f"token cache built in {time.perf_counter() - t:.1f}s (untimed)")
 
-        a1, mon_a1 = run_worker("loop", args.budget, root)
+        a1, mon_a1 = run_worker("loop", args.budget, root, args.sweep_file)
         print(f"  (a) loop: {a1['wall']:.1f}s wall, tree CPU {mon_a1.cpu_s:.1f}s", flush=True)
-        b, mon_b = run_worker("sweep", args.budget, root)
+        b, mon_b = run_worker("sweep", args.budget, root, args.sweep_file)
         print(f"  (b) sweep: {b['wall']:.1f}s wall, tree CPU {mon_b.cpu_s:.1f}s, "
               f"statuses {b['statuses']}, parts {b['parts']}", flush=True)
-        a2, mon_a2 = run_worker("loop", args.budget, root)
+        a2, mon_a2 = run_worker("loop", args.budget, root, args.sweep_file)
         print(f"  (a) loop again: {a2['wall']:.1f}s wall, tree CPU {mon_a2.cpu_s:.1f}s",
               flush=True)
 
@@ -294,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             })
         print()
         print(bl.table(rows, list(rows[0])))
+        print(f"CPU of the process tree over the training's (the loop's): "
+              f"{(mon_b.cpu_s - a_cpu) / a_cpu:.1%} (issue 21's target: at most 3% on the "
+              f"quickstart)")
         train_b = sum(b["train_wall"])
         print(f"\n(b) wall: {b['wall']:.1f}s = fixed {fixed:.1f}s ("
               + ", ".join(f"{k} {v:.1f}s" for k, v in b["parts"].items())

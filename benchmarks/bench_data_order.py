@@ -20,6 +20,12 @@ neighbouring evaluations (the final iterate, which weight averaging would smooth
 
     python benchmarks/bench_data_order.py OUT2 --sizes 0 --seeds 0 3 --eval-interval 20
 
+With --lr-factor F the runs (seed 0 included) train at F times the recipe's peak LR, to see
+whether a cell's seed spread and mean move with the LR; the summary then sets each factor's
+seeds beside the recipe's:
+
+    python benchmarks/bench_data_order.py OUT --sizes 0 --lr-factor 0.5
+
 Each finished run is appended to OUT/runs.jsonl as it ends; a rerun skips the runs already
 there, so an interrupted measurement resumes.
 """
@@ -62,15 +68,17 @@ def shared_order_spec(budget: float, size: int, seed: int):
     return replace(base, train=replace(base.train, seed=seed, data_seed=0))
 
 
-def _train(job: tuple[float, int, int, int]) -> dict:
+def _train(job: tuple[float, int, int, int, float]) -> dict:
     import torch
 
     from pipeline.flops import params_total
     from pipeline.train import NullTracker, train
 
     torch.set_num_threads(1)
-    budget, size, seed, eval_interval = job
+    budget, size, seed, eval_interval, lr_factor = job
     spec = shared_order_spec(budget, size, seed)
+    if lr_factor != 1.0:
+        spec = replace(spec, train=replace(spec.train, lr=spec.train.lr * lr_factor))
     if eval_interval:
         spec = replace(spec, train=replace(spec.train, eval_interval=eval_interval))
     t0 = time.time()
@@ -78,28 +86,29 @@ def _train(job: tuple[float, int, int, int]) -> dict:
     record = {"budget": budget, "size": size, "seed": seed, "data_seed": 0,
               "run_id": spec.run_id, "N": params_total(spec.model), "D": spec.tokens,
               "final_val_loss": result.final_val_loss, "wall_s": round(time.time() - t0, 1),
-              "eval_interval": eval_interval}
+              "eval_interval": eval_interval, "lr_factor": lr_factor}
     if eval_interval:
         record["curve"] = {"step": result.curve["step"], "val_loss": result.curve["val_loss"]}
     return record
 
 
 def measure(out: Path, budget: float, sizes: list[int], seeds: list[int], workers: int,
-            eval_interval: int) -> None:
+            eval_interval: int, lr_factor: float = 1.0) -> None:
     out.mkdir(parents=True, exist_ok=True)
     earlier = read(out)
     if other := {r.get("eval_interval", 0) for r in earlier} - {eval_interval}:
         raise SystemExit(f"error: {out / RECORDS} holds runs of --eval-interval "
                          f"{sorted(other)[0]}, not {eval_interval}: use another folder")
-    done = {(r["budget"], r["size"], r["seed"]) for r in earlier}
-    jobs = [(budget, z, s, eval_interval) for z in sizes for s in seeds
-            if (budget, z, s) not in done]
+    done = {(r["budget"], r["size"], r["seed"], r.get("lr_factor", 1.0)) for r in earlier}
+    jobs = [(budget, z, s, eval_interval, lr_factor) for z in sizes for s in seeds
+            if (budget, z, s, lr_factor) not in done]
     print(f"{len(jobs)} runs to train ({len(done)} already in {out / RECORDS})", flush=True)
     with mp.get_context("spawn").Pool(workers) as pool:
         for r in pool.imap_unordered(_train, jobs):
             with open(out / RECORDS, "a") as f:
                 f.write(json.dumps(r) + "\n")
-            print(f"C={r['budget']:g} size {r['size']} seed {r['seed']} (data 0): "
+            print(f"C={r['budget']:g} size {r['size']} seed {r['seed']} (data 0, LR x "
+                  f"{r['lr_factor']:g}): "
                   f"{r['final_val_loss']:.4f} in {r['wall_s']:.0f} s", flush=True)
 
 
@@ -121,6 +130,12 @@ def summary(out: Path) -> None:
         return
     ledger = pd.read_csv(LEDGER)
     ledger = ledger[ledger["role"] == "main"]
+    if any(r.get("lr_factor", 1.0) != 1.0 for r in records):
+        by_lr(records, ledger)
+        records = [r for r in records if r.get("lr_factor", 1.0) == 1.0]
+        if not records:
+            return
+        print()
     runs = pd.DataFrame(records)
     ss_init = ss_pair = 0.0
     df_init = df_pair = 0
@@ -143,6 +158,27 @@ def summary(out: Path) -> None:
     print(f"\nσ_init (pooled over {df_init} df): {math.sqrt(ss_init / df_init):.4f}; "
           f"σ from the ledger's seed pairs of these cells ({df_pair} df): "
           f"{math.sqrt(ss_pair / df_pair):.4f}")
+
+
+def by_lr(records: list[dict], ledger) -> None:
+    """Per cell and LR factor: the final losses of the seeds (all on seed 0's batches; at
+    factor 1 the ledger's seed 0 and the runs of factor 1 here), their mean and sd."""
+    import numpy as np
+
+    cells: dict[tuple, dict[float, list[float]]] = {}
+    for r in records:
+        cell = cells.setdefault((r["budget"], r["size"], r["N"]), {})
+        cell.setdefault(r.get("lr_factor", 1.0), []).append(r["final_val_loss"])
+    print("| C | N | peak LR x | seeds' final losses | mean | sd |")
+    print("|---|---|---|---|---|---|")
+    for (budget, _size, n), by_factor in sorted(cells.items()):
+        seed0 = ledger[np.isclose(ledger["budget"], budget) & (ledger["N"] == n)
+                       & (ledger["seed"] == 0)]["loss"]
+        by_factor.setdefault(1.0, []).insert(0, float(seed0.iloc[0]))
+        for factor, losses in sorted(by_factor.items()):
+            v = np.array(losses)
+            print(f"| {budget:g} | {n:,} | {factor:g} | {', '.join(f'{x:.4f}' for x in v)} "
+                  f"| {v.mean():.4f} | {v.std(ddof=1) if len(v) > 1 else math.nan:.4f} |")
 
 
 def curves(records: list[dict], tail: float = 0.1) -> None:
@@ -182,10 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--eval-interval", type=int, default=0,
                    help="also evaluate every K steps and keep the curves (0: the sweep's)")
+    p.add_argument("--lr-factor", type=float, default=1.0,
+                   help="train at this multiple of the recipe's peak LR (seed 0 included)")
     p.add_argument("--summary", action="store_true", help="only print the table from OUT")
     a = p.parse_args(argv)
     if not a.summary:
-        measure(a.out, a.budget, a.sizes, a.seeds, a.workers, a.eval_interval)
+        seeds = a.seeds if a.lr_factor == 1.0 else sorted({0, *a.seeds})
+        measure(a.out, a.budget, a.sizes, seeds, a.workers, a.eval_interval, a.lr_factor)
     summary(a.out)
     return 0
 

@@ -166,10 +166,10 @@ def by_lr(records: list[dict], ledger) -> None:
     import numpy as np
 
     cells: dict[tuple, dict[float, list[float]]] = {}
-    for r in records:
+    for r in sorted(records, key=lambda r: r["seed"]):
         cell = cells.setdefault((r["budget"], r["size"], r["N"]), {})
         cell.setdefault(r.get("lr_factor", 1.0), []).append(r["final_val_loss"])
-    print("| C | N | peak LR x | seeds' final losses | mean | sd |")
+    print("| C | N | peak LR x | final losses, by seed (from 0) | mean | sd |")
     print("|---|---|---|---|---|---|")
     for (budget, _size, n), by_factor in sorted(cells.items()):
         seed0 = ledger[np.isclose(ledger["budget"], budget) & (ledger["N"] == n)

@@ -241,6 +241,61 @@ def print_memory(a1: dict, mon_a1, mon_b, n: int) -> None:
           f"and lazy imports). Verdict: {'shared, not copied' if shared else 'CHECK'}")
 
 
+def print_overhead(pl, root: str, a1: dict, mon_a1, b: dict, mon_b, a2: dict, mon_a2) -> None:
+    """The overhead tables: (a) loops against (b) the sweep, by wall and process-tree CPU,
+    where the sweep's time goes, MLflow per run, and memory."""
+    n = len(pl.specs)
+    a_wall = statistics.mean([a1["wall"], a2["wall"]])
+    a_cpu = statistics.mean([mon_a1.cpu_s, mon_a2.cpu_s])
+    fixed = sum(b["parts"].values())
+    rows = []
+    for clock, a_v, b_v in (("wall", a_wall, b["wall"]), ("CPU (process tree)", a_cpu,
+                                                         mon_b.cpu_s)):
+        rows.append({
+            "clock": clock, "(a) loop s": f"{a_v:.1f}", "(b) sweep s": f"{b_v:.1f}",
+            "overhead (b-a)/b": f"{(b_v - a_v) / b_v:.1%}",
+            "per run s": f"{(b_v - a_v) / n:.2f}",
+            "per run, % of a 30 s run": f"{(b_v - a_v) / n / 30:.1%}",
+        })
+    print()
+    print(bl.table(rows, list(rows[0])))
+    print(f"CPU of the process tree over the training's (the loop's): "
+          f"{(mon_b.cpu_s - a_cpu) / a_cpu:.1%} (issue 21's target: at most 3% on the "
+          f"quickstart)")
+    train_b = sum(b["train_wall"])
+    print(f"\n(b) wall: {b['wall']:.1f}s = fixed {fixed:.1f}s ("
+          + ", ".join(f"{k} {v:.1f}s" for k, v in b["parts"].items())
+          + f") + train() {train_b:.1f}s + the rest {b['wall'] - fixed - train_b:.1f}s "
+          f"(worker start, data load, MLflow writes, checkpoints, scheduling).")
+    roles = cpu_by_role(mon_b)
+    print("(b) CPU seconds by process: " + ", ".join(
+        f"{name} {cpu:.1f}s" for name, cpu in roles.items()))
+    worker_extra = (roles.get("trial worker", 0.0) - a_cpu) / n
+    print(f"Per run, CPU: the trial worker used {worker_extra:+.2f}s per run more than the "
+          f"loop process (MLflow writes, checkpoints, Ray task plumbing); the driver and "
+          f"Ray's daemons {mon_b.cpu_s - roles.get('trial worker', 0.0):.1f}s per sweep "
+          f"invocation (imports, store, scheduling).")
+    print(f"(a) wall: runs {a1['wall']:.1f}s and {a2['wall']:.1f}s; train() "
+          f"{sum(a1['train_wall']):.1f}s and {sum(a2['train_wall']):.1f}s of it.")
+    per_run_rest = (b["wall"] - fixed - a_wall) / n
+    print(f"Per run, fixed costs excluded: {per_run_rest:.2f}s ({per_run_rest / 30:.1%} of "
+          f"a 30 s run); fixed costs {fixed:.1f}s per sweep invocation "
+          f"({fixed / (30 * n):.1%} of {n} runs of 30 s).")
+    # Outside train(): robust to the load, which mostly stretches train() itself.
+    out_b = b["wall"] - train_b - fixed
+    out_a = statistics.mean([a1["wall"] - sum(a1["train_wall"]),
+                             a2["wall"] - sum(a2["train_wall"])])
+    per_run_out = (out_b - out_a) / n
+    print(f"Outside train() (load-independent view): sweep {out_b:.1f}s besides its fixed "
+          f"costs, loop {out_a:.1f}s: {per_run_out:.2f}s per run "
+          f"({per_run_out / 30:.1%} of a 30 s run).")
+    mlflow_s = mlflow_per_run(pl.specs, root)
+    print(f"MLflow calls of one run alone (Ledger.create_trial + the MLflowTracker "
+          f"lifecycle of a finished run, sqlite): {mlflow_s:.2f}s wall per run.")
+
+    print_memory(a1, mon_a1, mon_b, n)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=3e11,
@@ -291,56 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  (a) loop again: {a2['wall']:.1f}s wall, tree CPU {mon_a2.cpu_s:.1f}s",
               flush=True)
 
-        n = len(pl.specs)
-        a_wall = statistics.mean([a1["wall"], a2["wall"]])
-        a_cpu = statistics.mean([mon_a1.cpu_s, mon_a2.cpu_s])
-        fixed = sum(b["parts"].values())
-        rows = []
-        for clock, a_v, b_v in (("wall", a_wall, b["wall"]), ("CPU (process tree)", a_cpu,
-                                                             mon_b.cpu_s)):
-            rows.append({
-                "clock": clock, "(a) loop s": f"{a_v:.1f}", "(b) sweep s": f"{b_v:.1f}",
-                "overhead (b-a)/b": f"{(b_v - a_v) / b_v:.1%}",
-                "per run s": f"{(b_v - a_v) / n:.2f}",
-                "per run, % of a 30 s run": f"{(b_v - a_v) / n / 30:.1%}",
-            })
-        print()
-        print(bl.table(rows, list(rows[0])))
-        print(f"CPU of the process tree over the training's (the loop's): "
-              f"{(mon_b.cpu_s - a_cpu) / a_cpu:.1%} (issue 21's target: at most 3% on the "
-              f"quickstart)")
-        train_b = sum(b["train_wall"])
-        print(f"\n(b) wall: {b['wall']:.1f}s = fixed {fixed:.1f}s ("
-              + ", ".join(f"{k} {v:.1f}s" for k, v in b["parts"].items())
-              + f") + train() {train_b:.1f}s + the rest {b['wall'] - fixed - train_b:.1f}s "
-              f"(worker start, data load, MLflow writes, checkpoints, scheduling).")
-        roles = cpu_by_role(mon_b)
-        print("(b) CPU seconds by process: " + ", ".join(
-            f"{name} {cpu:.1f}s" for name, cpu in roles.items()))
-        worker_extra = (roles.get("trial worker", 0.0) - a_cpu) / n
-        print(f"Per run, CPU: the trial worker used {worker_extra:+.2f}s per run more than the "
-              f"loop process (MLflow writes, checkpoints, Ray task plumbing); the driver and "
-              f"Ray's daemons {mon_b.cpu_s - roles.get('trial worker', 0.0):.1f}s per sweep "
-              f"invocation (imports, store, scheduling).")
-        print(f"(a) wall: runs {a1['wall']:.1f}s and {a2['wall']:.1f}s; train() "
-              f"{sum(a1['train_wall']):.1f}s and {sum(a2['train_wall']):.1f}s of it.")
-        per_run_rest = (b["wall"] - fixed - a_wall) / n
-        print(f"Per run, fixed costs excluded: {per_run_rest:.2f}s ({per_run_rest / 30:.1%} of "
-              f"a 30 s run); fixed costs {fixed:.1f}s per sweep invocation "
-              f"({fixed / (30 * n):.1%} of {n} runs of 30 s).")
-        # Outside train(): robust to the load, which mostly stretches train() itself.
-        out_b = b["wall"] - train_b - fixed
-        out_a = statistics.mean([a1["wall"] - sum(a1["train_wall"]),
-                                 a2["wall"] - sum(a2["train_wall"])])
-        per_run_out = (out_b - out_a) / n
-        print(f"Outside train() (load-independent view): sweep {out_b:.1f}s besides its fixed "
-              f"costs, loop {out_a:.1f}s: {per_run_out:.2f}s per run "
-              f"({per_run_out / 30:.1%} of a 30 s run).")
-        mlflow_s = mlflow_per_run(pl.specs, root)
-        print(f"MLflow calls of one run alone (Ledger.create_trial + the MLflowTracker "
-              f"lifecycle of a finished run, sqlite): {mlflow_s:.2f}s wall per run.")
-
-        print_memory(a1, mon_a1, mon_b, n)
+        print_overhead(pl, root, a1, mon_a1, b, mon_b, a2, mon_a2)
         print(f"\nload average at the end: {bl.loadavg()}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -42,29 +42,15 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP = ROOT / "sweeps" / "chinchilla.yaml"
 LEDGER = ROOT / "reports" / "chinchilla" / "runs.csv"
 RECORDS = "runs.jsonl"
 
 
-def cell_specs(budget: float, size: int) -> list:
-    """The sweep's runs (every seed) of this budget and size (0 = smallest)."""
-    from pipeline.config import load_sweep
-    from pipeline.flops import params_total
-    from pipeline.grid import expand
-
-    plan = expand(load_sweep(SWEEP), str(SWEEP))
-    cell = [s for s in plan.specs if s.budget is not None and math.isclose(s.budget, budget)]
-    sizes = sorted({params_total(s.model) for s in cell})
-    if not 0 <= size < len(sizes):
-        raise SystemExit(f"{SWEEP.name}: no size {size} at budget {budget:g} "
-                         f"({len(sizes)} sizes)")
-    return [s for s in cell if params_total(s.model) == sizes[size]]
-
-
 def shared_order_spec(budget: float, size: int, seed: int):
     """The cell's seed-0 run, initialised with `seed`, reading seed 0's batches."""
-    base = next(s for s in cell_specs(budget, size) if s.train.seed == 0)
+    from bench_eval_noise import spec_of  # the sweep's run of a cell (its own script)
+
+    base = spec_of(budget, size, 0)
     return replace(base, train=replace(base.train, seed=seed, data_seed=0))
 
 
@@ -102,6 +88,8 @@ def measure(out: Path, budget: float, sizes: list[int], seeds: list[int], worker
     done = {(r["budget"], r["size"], r["seed"], r.get("lr_factor", 1.0)) for r in earlier}
     jobs = [(budget, z, s, eval_interval, lr_factor) for z in sizes for s in seeds
             if (budget, z, s, lr_factor) not in done]
+    for z in sorted({job[1] for job in jobs}):  # a bad cell stops here, not in a worker
+        shared_order_spec(budget, z, 0)
     print(f"{len(jobs)} runs to train ({len(done)} already in {out / RECORDS})", flush=True)
     with mp.get_context("spawn").Pool(workers) as pool:
         for r in pool.imap_unordered(_train, jobs):

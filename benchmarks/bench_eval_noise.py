@@ -39,13 +39,15 @@ def spec_of(budget: float, size: int, seed: int):
     from pipeline.flops import params_total
     from pipeline.grid import expand
 
-    plan = expand(load_sweep(SWEEP))
+    plan = expand(load_sweep(SWEEP), str(SWEEP))
     cell = [s for s in plan.specs if s.budget is not None and math.isclose(s.budget, budget)]
     sizes = sorted({params_total(s.model) for s in cell})
     if not sizes:
         raise SystemExit(f"no budget {budget:g} in {SWEEP.name}")
-    n = sizes[size]
-    return next(s for s in cell if params_total(s.model) == n and s.train.seed == seed)
+    if not 0 <= size < len(sizes):
+        raise SystemExit(f"{SWEEP.name}: no size {size} at budget {budget:g} "
+                         f"({len(sizes)} sizes)")
+    return next(s for s in cell if params_total(s.model) == sizes[size] and s.train.seed == seed)
 
 
 def train_one(budget: float, size: int, seed: int, folder: Path) -> None:

@@ -8,8 +8,11 @@ expanded with pipeline.grid.expand: one budget, 4 gpt shapes, ~10 s of CPU each,
 recipe: 8 evaluations plus the final one), or with --sweep-file a shipped sweep's own plan
 (its main runs; issue 21's target is stated on the quickstart's). The same RunSpecs run
   (a) in a loop of pipeline.train.train(spec, NullTracker()) in one process, and
-  (b) through pipeline.driver.runner.run_sweep: a fresh sqlite MLflow store, a local Ray with
-      --cpus 1 (so runs go one at a time), checkpoints at every evaluation (the default),
+  (b) as a user starts it, `python -m pipeline.sweep FILE --no-report --cpus 1 --json`: a
+      fresh sqlite MLflow store, a local Ray with one CPU (so runs go one at a time),
+      checkpoints at every evaluation (the default). Until 2026-12-06 (b) called run_sweep
+      inside a benchmark process that had imported torch (1.2 s of CPU the CLI's driver
+      never spends),
 each path in its own subprocess, (a) before and after (b) (the mean of the two is the
 reference). Overhead = (b - a) / b, by the wall clock and by CPU seconds of the whole process
 tree (driver, Ray's processes, workers; sampled from /proc). Memory: peak resident set per
@@ -107,37 +110,40 @@ def loop_worker(budget: float, sweep_file: str | None) -> dict:
             "hwm_mib": after["VmHWM"] / 1024, **check}
 
 
-def sweep_worker(budget: float, root: str, sweep_file: str | None) -> dict:
-    import ray
+def sweep_file_for(root: str, budget: float, sweep_file: str | None) -> str:
+    """The sweep file (b) runs: the shipped one, or the built-in plan written out."""
+    if sweep_file:
+        return sweep_file
+    path = Path(root) / "bench-overhead.yaml"
+    path.write_text(SWEEP_YAML.format(budget=budget))
+    return str(path)
 
-    import pipeline.driver.runner as runner
-    import pipeline.tracking as tracking
-    from pipeline.data import load_data
-    from pipeline.tracking import default_tracking_uri
 
-    cfg, p = plan(budget, sweep_file)
-    data = load_data(p.specs[0].data)
-    parts: dict[str, float] = {}
+def sweep_cli(budget: float, root: str, sweep_file: str | None) -> tuple[dict, procmon.TreeMonitor]:
+    """(b): the sweep as a user starts it, `python -m pipeline.sweep FILE --no-report --cpus 1`
+    (its own imports, store, Ray, scheduling), timed from start to exit. Its outcome is the
+    --json object; each run's training wall time is read back from the ledger afterwards."""
+    from mlflow.tracking import MlflowClient
 
-    def timed(name, fn):
-        def wrapper(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                parts[name] = parts.get(name, 0.0) + time.perf_counter() - t
-        return wrapper
+    from pipeline import keys
 
-    with bl.patched((runner, "init_ray", timed("ray_init", runner.init_ray)),
-                    (ray, "shutdown", timed("ray_shutdown", ray.shutdown)),
-                    (tracking, "prepare_store", timed("mlflow_store", tracking.prepare_store))):
-        t0 = time.perf_counter()
-        results = runner.run_sweep(cfg, p, data, address=None, uri=default_tracking_uri(),
-                                  checkpoint_root=Path(root) / "ckpt", cpus=1)
-        wall = time.perf_counter() - t0
-    statuses = sorted({r["status"] for r in results.values()})
-    return {"wall": wall, "parts": parts, "statuses": statuses,
-            "train_wall": [r.get("wall_s", 0.0) for r in results.values()]}
+    cfg, _ = plan(budget, sweep_file)
+    cmd = [sys.executable, "-m", "pipeline.sweep", sweep_file_for(root, budget, sweep_file),
+           "--no-report", "--cpus", "1", "--checkpoint-dir", str(Path(root) / "ckpt"), "--json"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    with procmon.TreeMonitor(proc.pid) as mon:
+        out, _ = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"the sweep CLI failed with code {proc.returncode}")
+    result = json.loads(out)
+    client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name(cfg.name)
+    walls = [r.data.metrics.get(keys.FINAL_WALL_S, 0.0)
+             for r in client.search_runs([exp.experiment_id], max_results=10_000)]
+    return {"wall": wall, "statuses": sorted({str(r["status"]) for r in result["runs"]}),
+            "train_wall": walls}, mon
 
 
 def mlflow_per_run(specs, root: str, repeat: int = 3) -> float:
@@ -168,12 +174,19 @@ def mlflow_per_run(specs, root: str, repeat: int = 3) -> float:
 
 
 def role(titles: set[str]) -> str:
-    """A short name for a process of the sweep's tree, from its command lines."""
-    text = " ".join(titles)
-    for key, name in (("run_trial", "trial worker"), ("--worker sweep", "driver"),
-                      ("gcs_server", "gcs_server"), ("raylet", "raylet"),
-                      ("dashboard", "dashboard"), ("log_monitor", "log_monitor"),
-                      ("ray::", "idle worker"), ("default_worker", "idle worker")):
+    """A short name for a process of the sweep's tree, from the program each of its command
+    lines starts (the raylet's own arguments name the agents it starts, and the agents'
+    name the raylet: only the first three words tell them apart)."""
+    text = " ".join(" ".join(t.split()[:3]) for t in titles)
+    for key, name in (("run_trial", "trial worker"), ("pipeline.sweep", "driver"),
+                      ("DashboardAgent", "dashboard agent"),
+                      ("dashboard/agent.py", "dashboard agent"),
+                      ("RuntimeEnvAgent", "runtime-env agent"),
+                      ("runtime_env/agent", "runtime-env agent"),
+                      ("log_monitor", "log monitor"), ("monitor.py", "autoscaler monitor"),
+                      ("dashboard.py", "dashboard head"), ("gcs_server", "gcs_server"),
+                      ("raylet", "raylet"), ("ray::", "idle worker"),
+                      ("default_worker", "idle worker")):
         if key in text:
             return name
     return "other"
@@ -247,7 +260,6 @@ def print_overhead(pl, root: str, a1: dict, mon_a1, b: dict, mon_b, a2: dict, mo
     n = len(pl.specs)
     a_wall = statistics.mean([a1["wall"], a2["wall"]])
     a_cpu = statistics.mean([mon_a1.cpu_s, mon_a2.cpu_s])
-    fixed = sum(b["parts"].values())
     rows = []
     for clock, a_v, b_v in (("wall", a_wall, b["wall"]), ("CPU (process tree)", a_cpu,
                                                          mon_b.cpu_s)):
@@ -263,10 +275,9 @@ def print_overhead(pl, root: str, a1: dict, mon_a1, b: dict, mon_b, a2: dict, mo
           f"{(mon_b.cpu_s - a_cpu) / a_cpu:.1%} (issue 21's target: at most 3% on the "
           f"quickstart)")
     train_b = sum(b["train_wall"])
-    print(f"\n(b) wall: {b['wall']:.1f}s = fixed {fixed:.1f}s ("
-          + ", ".join(f"{k} {v:.1f}s" for k, v in b["parts"].items())
-          + f") + train() {train_b:.1f}s + the rest {b['wall'] - fixed - train_b:.1f}s "
-          f"(worker start, data load, MLflow writes, checkpoints, scheduling).")
+    print(f"\n(b) wall: {b['wall']:.1f}s = train() {train_b:.1f}s (the runs' final/wall_s, from "
+          f"the ledger) + the rest {b['wall'] - train_b:.1f}s (imports, store, Ray's start "
+          f"and stop, worker start, data load, MLflow writes, checkpoints, scheduling).")
     roles = cpu_by_role(mon_b)
     print("(b) CPU seconds by process: " + ", ".join(
         f"{name} {cpu:.1f}s" for name, cpu in roles.items()))
@@ -274,21 +285,22 @@ def print_overhead(pl, root: str, a1: dict, mon_a1, b: dict, mon_b, a2: dict, mo
     print(f"Per run, CPU: the trial worker used {worker_extra:+.2f}s per run more than the "
           f"loop process (MLflow writes, checkpoints, Ray task plumbing); the driver and "
           f"Ray's daemons {mon_b.cpu_s - roles.get('trial worker', 0.0):.1f}s per sweep "
-          f"invocation (imports, store, scheduling).")
+          f"invocation (imports, store, scheduling, Ray's periodic work).")
+    others = mon_b.cpu_s - roles.get("trial worker", 0.0)
+    daemons = others - roles.get("driver", 0.0)
+    print(f"Whatever the runs' speed (CPU time of one process varies by several percent from "
+          f"one process to the next here): the driver and Ray's other processes alone used "
+          f"{others:.1f}s of CPU, {others / a_cpu:.1%} of the loop's; of it Ray's daemons "
+          f"{daemons:.1f}s over {b['wall']:.0f}s, {daemons / b['wall'] * 60:.2f}s of CPU per "
+          f"minute.")
     print(f"(a) wall: runs {a1['wall']:.1f}s and {a2['wall']:.1f}s; train() "
           f"{sum(a1['train_wall']):.1f}s and {sum(a2['train_wall']):.1f}s of it.")
-    per_run_rest = (b["wall"] - fixed - a_wall) / n
-    print(f"Per run, fixed costs excluded: {per_run_rest:.2f}s ({per_run_rest / 30:.1%} of "
-          f"a 30 s run); fixed costs {fixed:.1f}s per sweep invocation "
-          f"({fixed / (30 * n):.1%} of {n} runs of 30 s).")
     # Outside train(): robust to the load, which mostly stretches train() itself.
-    out_b = b["wall"] - train_b - fixed
+    out_b = b["wall"] - train_b
     out_a = statistics.mean([a1["wall"] - sum(a1["train_wall"]),
                              a2["wall"] - sum(a2["train_wall"])])
-    per_run_out = (out_b - out_a) / n
-    print(f"Outside train() (load-independent view): sweep {out_b:.1f}s besides its fixed "
-          f"costs, loop {out_a:.1f}s: {per_run_out:.2f}s per run "
-          f"({per_run_out / 30:.1%} of a 30 s run).")
+    print(f"Outside train() (load-independent view): sweep {out_b:.1f}s, loop {out_a:.1f}s: "
+          f"{(out_b - out_a) / n:.2f}s per run ({(out_b - out_a) / n / 30:.1%} of a 30 s run).")
     mlflow_s = mlflow_per_run(pl.specs, root)
     print(f"MLflow calls of one run alone (Ledger.create_trial + the MLflowTracker "
           f"lifecycle of a finished run, sqlite): {mlflow_s:.2f}s wall per run.")
@@ -302,14 +314,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="the IsoFLOP budget (exact FLOPs) of every run (3e11: ~8 s of CPU each)")
     p.add_argument("--sweep-file", help="measure this sweep file's plan instead (its own "
                    "runs, recipe and corpus)")
-    p.add_argument("--worker", choices=["loop", "sweep"], help=argparse.SUPPRESS)
+    p.add_argument("--worker", choices=["loop"], help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker == "loop":
         print(json.dumps(loop_worker(args.budget, args.sweep_file)))
-        return 0
-    if args.worker == "sweep":
-        print(json.dumps(sweep_worker(args.budget, args.root, args.sweep_file)))
         return 0
 
     root = tempfile.mkdtemp(prefix="bs-", dir="/tmp")  # short: Ray's socket paths
@@ -339,9 +348,9 @@ def main(argv: list[str] | None = None) -> int:
 
         a1, mon_a1 = run_worker("loop", args.budget, root, args.sweep_file)
         print(f"  (a) loop: {a1['wall']:.1f}s wall, tree CPU {mon_a1.cpu_s:.1f}s", flush=True)
-        b, mon_b = run_worker("sweep", args.budget, root, args.sweep_file)
+        b, mon_b = sweep_cli(args.budget, root, args.sweep_file)
         print(f"  (b) sweep: {b['wall']:.1f}s wall, tree CPU {mon_b.cpu_s:.1f}s, "
-              f"statuses {b['statuses']}, parts {b['parts']}", flush=True)
+              f"statuses {b['statuses']}", flush=True)
         a2, mon_a2 = run_worker("loop", args.budget, root, args.sweep_file)
         print(f"  (a) loop again: {a2['wall']:.1f}s wall, tree CPU {mon_a2.cpu_s:.1f}s",
               flush=True)

@@ -212,3 +212,37 @@ def test_analysis_reports_the_propagation_only_with_measured_noise() -> None:
                        bootstrap=30, approaches=("2",), conventions=False)
     assert isinstance(one_seed.noise_propagation, Skipped)
     assert "no noise measured" in one_seed.noise_propagation.reason
+
+
+def test_runs_of_one_seed_on_other_batches_are_replicates_of_their_cell():
+    # train.data_seed (pipeline.spec): seed 1 on its own batches and seed 1 on seed 0's
+    # batches are two draws of the cell; the same pair twice is not.
+    runs = _table([3.0, 3.3, 3.6, 2.5, 2.6], [0, 1, 1, 0, 0], n=[1e6, 1e6, 1e6, 2e6, 2e6])
+    runs = runs.with_frame(runs.frame.assign(data_seed=[0, 1, 0, 0, 0]))
+    assert [list(g) for g in replicate_groups(runs)] == [[0, 1, 2]]
+    noise = estimate_noise(runs)
+    (group,) = noise.groups
+    assert (group.seeds, group.data_seeds) == ((0, 1, 1), (0, 1, 0))
+    assert noise.dof == 2 and group.std_loss == pytest.approx(0.3)
+    frame = collapse_replicates(runs).frame.set_index("run_id")
+    assert list(frame.index) == ["r0", "r3", "r4"]  # seed 0 on its own batches first
+    assert frame.loc["r0", "loss"] == pytest.approx(3.3) and frame.loc["r0", "n_seeds"] == 3
+    # Without the column (published data, old runs.csv files) only the seed tells draws apart.
+    plain = _table([3.0, 3.3, 3.6], [0, 1, 1])
+    assert replicate_groups(plain) == []
+
+
+@pytest.mark.parametrize(("param", "expected"), [("0", 0), ("None", 1), (None, 1)])
+def test_the_ledger_gives_each_run_its_batch_seed(param, expected):
+    from types import SimpleNamespace
+
+    from analysis.runs.load import _row
+    from pipeline import keys
+
+    params = {"train.seed": "1", **({} if param is None else {"train.data_seed": param})}
+    metrics = {keys.PARAMS_TOTAL: 1e6, keys.FINAL_TOKENS: 1e8, keys.FINAL_VAL_LOSS: 3.0,
+               keys.flops_key("exact"): 6e14}
+    run = SimpleNamespace(data=SimpleNamespace(tags={}, metrics=metrics, params=params),
+                          info=SimpleNamespace(run_id="m1", run_name="r"))
+    row = _row(run, keys.flops_key("exact"))
+    assert (row["seed"], row["data_seed"]) == (1, expected)

@@ -16,8 +16,11 @@ times, and the bootstrap resamples cells, not seeds. The point keeps the run_id 
 the training curve, for Approach 1) of its lowest seed, and records ``n_seeds`` and
 ``loss_std``: a point that averages n seeds has noise σ/√n (see ``analysis.checks.residuals``).
 
-Rows that share a cell *and* a seed are not replicates (e.g. published data without a
-seed column, where every row has seed 0): they are neither averaged nor used for σ.
+A run's draw is its pair (``seed``, ``data_seed``): with ``train.data_seed`` two runs of one
+seed on other batches are two replicates (pipeline.spec; ``data_seed`` is the seed where a
+sweep did not set it). Rows that share a cell *and* a draw are not replicates (e.g. published
+data without a seed column, where every row has seed 0): they are neither averaged nor used
+for σ.
 """
 
 from __future__ import annotations
@@ -59,13 +62,26 @@ def cell_keys(runs: RunsTable) -> pd.Series:
     return row_keys(frame, CELL_COLUMNS)
 
 
+def draws(runs: RunsTable) -> np.ndarray:
+    """Each run's (seed, data_seed) as one row of an (n, 2) integer array."""
+    return np.column_stack([runs.values("seed").to_numpy(dtype=np.int64),
+                            runs.values("data_seed").to_numpy(dtype=np.int64)])
+
+
+def first_draw(pairs: np.ndarray, rows: np.ndarray) -> int:
+    """The row of ``rows`` with the lowest seed (then the lowest data seed)."""
+    sub = pairs[rows]
+    return int(rows[np.lexsort((sub[:, 1], sub[:, 0]))[0]])
+
+
 def replicate_groups(runs: RunsTable) -> list[np.ndarray]:
-    """Row positions of each replicate group: ≥ 2 runs of one cell, all with distinct seeds."""
-    seeds = runs.values("seed").to_numpy()
+    """Row positions of each replicate group: ≥ 2 runs of one cell, all with distinct draws
+    (seed, data_seed)."""
+    pairs = draws(runs)
     groups = []
     keys = cell_keys(runs).reset_index(drop=True)
     for rows in keys.groupby(keys, sort=False).indices.values():
-        if rows.size >= 2 and np.unique(seeds[rows]).size == rows.size:
+        if rows.size >= 2 and np.unique(pairs[rows], axis=0).shape[0] == rows.size:
             groups.append(np.sort(rows))
     return groups
 
@@ -84,6 +100,8 @@ class NoiseGroup:
     mean_loss: float
     std_loss: float
     """Sample standard deviation (ddof 1) of the final losses."""
+    data_seeds: tuple[int, ...] = ()
+    """Each run's batch seed (its seed unless the sweep set ``train.data_seed``; -1 unknown)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +136,7 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
         return Skipped("no seed replicates (no two runs differ only in the seed)")
     frame = runs.frame
     loss = runs.column("loss")
-    seeds = runs.values("seed").to_numpy()
+    pairs = draws(runs)
     schedule = runs.values("schedule").astype(str).to_numpy()
     sum_sq = sum_sq_log = 0.0
     dof = 0
@@ -133,9 +151,10 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
         out.append(NoiseGroup(
             family=str(first["family"]), N=float(first["N"]), D=float(first["D"]),
             budget=float(first["budget"]), schedule=str(schedule[rows[0]]),
-            seeds=tuple(int(s) for s in seeds[rows]),
+            seeds=tuple(int(s) for s in pairs[rows, 0]),
             run_ids=tuple(str(r) for r in frame["run_id"].iloc[rows]),
-            mean_loss=float(values.mean()), std_loss=float(values.std(ddof=1))))
+            mean_loss=float(values.mean()), std_loss=float(values.std(ddof=1)),
+            data_seeds=tuple(int(s) for s in pairs[rows, 1])))
     sigma = float(np.sqrt(sum_sq / dof))
     rel = float(np.sqrt(sum_sq_log / dof))
     return NoiseEstimate(
@@ -201,9 +220,9 @@ def collapse_replicates(runs: RunsTable) -> RunsTable:
     frame["n_seeds"] = 1
     frame["loss_std"] = np.nan
     drop: list[int] = []
-    seeds = runs.values("seed").to_numpy()
+    pairs = draws(runs)
     for rows in replicate_groups(runs):
-        keep = rows[np.argmin(seeds[rows])]
+        keep = first_draw(pairs, rows)
         values = frame["loss"].to_numpy(dtype=float)[rows]
         frame.loc[keep, ["loss", "n_seeds", "loss_std"]] = (
             float(values.mean()), rows.size, float(values.std(ddof=1)))
@@ -227,7 +246,7 @@ def collapse_curves(runs: RunsTable, curves: pd.DataFrame | None) -> pd.DataFram
     if curves is None or curves.empty or not groups:
         return curves
     ids = runs.frame["run_id"].astype(str).to_numpy()
-    seeds = runs.values("seed").to_numpy()
+    pairs = draws(runs)
     curves = curves.assign(run_id=curves["run_id"].astype(str))
     merged: set[str] = set()
     parts = []
@@ -238,7 +257,7 @@ def collapse_curves(runs: RunsTable, curves: pd.DataFrame | None) -> pd.DataFram
         common = sub[sub["tokens"].isin(seen.index[seen == len(members)])]
         mean = common.groupby("tokens", as_index=False).agg(step=("step", "first"),
                                                              loss=("loss", "mean"))
-        mean["run_id"] = ids[rows[np.argmin(seeds[rows])]]
+        mean["run_id"] = ids[first_draw(pairs, rows)]
         parts.append(mean.reindex(columns=curves.columns))
         merged |= members
     rest = curves[~curves["run_id"].isin(merged)]

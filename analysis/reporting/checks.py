@@ -8,7 +8,7 @@ from __future__ import annotations
 from analysis.analyze import Analysis
 from analysis.checks.conventions import ConventionTable
 from analysis.checks.heldout import FrontierLaw, HoldoutCheck
-from analysis.checks.noise import NoiseEstimate
+from analysis.checks.noise import NoiseEstimate, NoiseGroup
 from analysis.checks.schedules import ScheduleComparison
 from analysis.fits.bootstrap import Bootstrap, Interval
 from analysis.fits.results import Estimate, Skipped
@@ -16,6 +16,13 @@ from analysis.reporting.document import Block, Heading, Paragraph, Table
 from analysis.text import fmt, fmt_interval
 
 MAX_GROUP_ROWS = 30
+
+
+def _draws(group: NoiseGroup) -> str:
+    """The seeds of a replicate group; "1 (data 0)" for a run on another seed's batches."""
+    data = group.data_seeds or group.seeds
+    return ", ".join(str(s) if d in (s, -1) else f"{s} (data {d})"
+                     for s, d in zip(group.seeds, data, strict=True))
 
 
 def _pct(x: float | None) -> str:
@@ -95,7 +102,7 @@ def noise_section(result: Analysis) -> list[Block]:
         blocks.append(Table(
             ("N", f"D ({result.fitted_runs.data_unit})", "budget", "N / N_opt", "seeds",
              "mean loss", "std over seeds"),
-            tuple((fmt(g.N), fmt(g.D), fmt(g.budget), fmt(r), ", ".join(map(str, g.seeds)),
+            tuple((fmt(g.N), fmt(g.D), fmt(g.budget), fmt(r), _draws(g),
                    f"{g.mean_loss:.4f}", fmt(g.std_loss))
                   for g, r in zip(noise.groups[:MAX_GROUP_ROWS], ratios, strict=False)),
             (True, True, True, True, False, True, True)))

@@ -6,14 +6,15 @@ sweep name; one child run (tag kind=trial) per RunSpec. A run is used only when 
 final loss, N, D and C; every other run is excluded and named with the reason (printed, and
 kept in ``RunsTable.excluded`` for the report). Curves come from the ``curve.json`` artifact
 (one cheap read), else from the metric history of val/loss and tokens. The recipe columns
-``seed``, ``lr``, ``schedule`` come from the params ``train.*`` and ``role``, ``branch_of`` from
+``seed``, ``data_seed``, ``lr``, ``schedule`` come from the params ``train.*`` and ``role``, ``branch_of`` from
 the tags; a ledger older than them gets the defaults of ``analysis.runs.table.OPTIONAL``.
 
 CSV: one row per run; columns mapped by name (defaults recognise the Epoch Chinchilla file
 and plain N/D/C/loss); D = C/(6N) when the file has no D column (as Besiroglu et al. 2024 do
 for the Chinchilla data), N = C/(6D) when it has no N column (IsoFLOP points published as C and
-D only, as Dubey et al. 2024, Fig. 2), C = 6·N·D when it has no C column. Optional columns ``seed`` (default 0) and ``role``
-("main" or "holdout"; default "main") mark seed replicates and held-out runs; ``schedule``,
+D only, as Dubey et al. 2024, Fig. 2), C = 6·N·D when it has no C column. Optional columns ``seed`` (default 0), ``data_seed`` (the
+batches' seed; default -1, unknown) and ``role`` ("main" or "holdout"; default "main") mark
+seed replicates and held-out runs; ``schedule``,
 ``lr``, ``N_kaplan`` and ``flops_<convention>`` are kept when present, so the runs.csv of a
 report loads back with what the fits need. Malformed input raises DataError naming the file
 and the column.
@@ -135,6 +136,9 @@ def _row(run: object, flops_key: str) -> dict:
     for tag in FINGERPRINT_TAGS:
         row[tag] = tags.get(tag, "")
     row["seed"] = _seed(params.get("train.seed"))
+    # The batches' seed: train.data_seed where a sweep set it (pipeline.spec), else the seed.
+    data_seed = _seed(params.get("train.data_seed"))
+    row["data_seed"] = row["seed"] if data_seed == OPTIONAL["data_seed"] else data_seed
     row["lr"] = _float(params.get("train.lr"))
     row["schedule"] = params.get("train.schedule", OPTIONAL["schedule"])
     # A missing role tag means main: ledgers written before held-out runs existed.
@@ -319,13 +323,14 @@ def _budget_column(frame: pd.DataFrame, col: str, path: Path) -> np.ndarray:
 def _optional_columns(source: pd.DataFrame, table: pd.DataFrame, path: Path) -> None:
     """Copy the optional columns of the file into ``table`` (in place), with defaults."""
     lines = source.index.to_numpy() + 2
-    seed = pd.to_numeric(source["seed"], errors="coerce").to_numpy(dtype=float) \
-        if "seed" in source.columns else np.zeros(len(source))
-    bad = ~(np.isfinite(seed) & (seed == np.round(seed)))
-    if bad.any():
-        raise DataError(f"{path}: column 'seed' has {int(bad.sum())} value(s) that are not "
-                        f"integers (lines {', '.join(map(str, lines[bad][:5]))})")
-    table["seed"] = seed.astype(int)
+    for name, default in (("seed", 0), ("data_seed", OPTIONAL["data_seed"])):
+        values = pd.to_numeric(source[name], errors="coerce").to_numpy(dtype=float) \
+            if name in source.columns else np.full(len(source), default, dtype=float)
+        bad = ~(np.isfinite(values) & (values == np.round(values)))
+        if bad.any():
+            raise DataError(f"{path}: column {name!r} has {int(bad.sum())} value(s) that are "
+                            f"not integers (lines {', '.join(map(str, lines[bad][:5]))})")
+        table[name] = values.astype(int)
     role = source["role"].fillna(keys.ROLE_MAIN).astype(str).to_numpy() \
         if "role" in source.columns else np.full(len(source), keys.ROLE_MAIN)
     bad = ~np.isin(role, keys.ROLES)

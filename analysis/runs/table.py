@@ -19,6 +19,8 @@ Optional columns (``OPTIONAL``; ``RunsTable.values`` gives the default where one
 so tables of old ledgers, published CSVs and tests keep working)
 --------------------------------------------------------------------------------------------
 seed       int    training seed (param ``train.seed``; -1 when unknown)
+data_seed  int    seed of the run's batches (param ``train.data_seed``, else its seed; -1 when
+                  unknown): two runs of one seed on other batches are two replicates
 lr         float  peak learning rate (param ``train.lr``; NaN when unknown)
 schedule   str    "cosine", "wsd" or "constant" (param ``train.schedule``; "" when unknown)
 role       str    "main" (fitted) or "holdout" (predicted, never fitted): tag ``role``
@@ -44,7 +46,7 @@ from pipeline.families import FAMILY_OBJECTIVES
 REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "family")
 POSITIVE = ("N", "D", "C", "loss")
 CURVE_COLUMNS = ("run_id", "step", "tokens", "loss")
-OPTIONAL: dict[str, object] = {"seed": -1, "lr": float("nan"), "schedule": "",
+OPTIONAL: dict[str, object] = {"seed": -1, "data_seed": -1, "lr": float("nan"), "schedule": "",
                                "role": keys.ROLE_MAIN, "branch_of": "",
                                "epochs": float("nan")}
 """Optional columns and the value a run has when its table lacks the column."""

@@ -58,8 +58,8 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 # a glob of the session's log folder every 0.1 s while the folder holds fewer than 1000
 # files. Told to look every 5 s (the files it has are still read every 0.1 s; a new
 # worker's first lines reach the terminal up to 5 s later), it spends 0.28 s of CPU per 90 s
-# instead of 0.59 s (an idle local Ray, 2-core AMD EPYC, 2026-12-06): ~0.4% of a CPU
-# sweep's training. Variables a user has set win; a cluster's monitors are `ray start`'s.
+# instead of 0.59 s (an idle local Ray, 2-core AMD EPYC, 2026-12-06): ~0.3% of the core a
+# sweep trains on. Variables a user has set win; a cluster's monitors are `ray start`'s.
 LOG_MONITOR_ENV = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0",
                    "LOG_NAME_UPDATE_INTERVAL_S": "5"}
 

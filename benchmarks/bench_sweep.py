@@ -10,10 +10,10 @@ recipe: 8 evaluations plus the final one), or with --sweep-file a shipped sweep'
   (a) in a loop of pipeline.train.train(spec, NullTracker()) in one process, and
   (b) as a user starts it, `python -m pipeline.sweep FILE --no-report --cpus 1 --json`: a
       fresh sqlite MLflow store, a local Ray with one CPU (so runs go one at a time),
-      checkpoints at every evaluation (the default). Until 2026-12-06 (b) called run_sweep
-      inside a benchmark process that had imported torch (1.2 s of CPU the CLI's driver
-      never spends),
-each path in its own subprocess, (a) before and after (b) (the mean of the two is the
+      checkpoints at every evaluation (the default). (Until 2026-12-06 (b) called run_sweep
+      inside a benchmark process that had imported torch: 1.2 s of CPU the CLI's driver
+      never spends.)
+Each path in its own subprocess, (a) before and after (b) (the mean of the two is the
 reference). Overhead = (b - a) / b, by the wall clock and by CPU seconds of the whole process
 tree (driver, Ray's processes, workers; sampled from /proc). Memory: peak resident set per
 run and Pss of the whole tree; the token arrays must be memory-maps, not copies.
@@ -173,11 +173,25 @@ def mlflow_per_run(specs, root: str, repeat: int = 3) -> float:
     return statistics.median(times)
 
 
+def program(title: str) -> str:
+    """The program a command line runs: the script or module after a Python interpreter and
+    its options ("python -u .../agent.py ..." -> ".../agent.py"), else its first word."""
+    words = title.split() or [""]
+    if "python" not in words[0].rsplit("/", 1)[-1]:
+        return words[0]
+    for i, word in enumerate(words[1:], 1):
+        if word == "-m" and i + 1 < len(words):
+            return words[i + 1]
+        if not word.startswith("-"):
+            return word
+    return words[0]
+
+
 def role(titles: set[str]) -> str:
     """A short name for a process of the sweep's tree, from the program each of its command
-    lines starts (the raylet's own arguments name the agents it starts, and the agents'
-    name the raylet: only the first three words tell them apart)."""
-    text = " ".join(" ".join(t.split()[:3]) for t in titles)
+    lines runs (not their arguments: the raylet's name the agents it starts, and the
+    agents' name the raylet)."""
+    text = " ".join(program(t) for t in titles)
     for key, name in (("run_trial", "trial worker"), ("pipeline.sweep", "driver"),
                       ("DashboardAgent", "dashboard agent"),
                       ("dashboard/agent.py", "dashboard agent"),
@@ -283,14 +297,13 @@ def print_overhead(pl, root: str, a1: dict, mon_a1, b: dict, mon_b, a2: dict, mo
         f"{name} {cpu:.1f}s" for name, cpu in roles.items()))
     worker_extra = (roles.get("trial worker", 0.0) - a_cpu) / n
     print(f"Per run, CPU: the trial worker used {worker_extra:+.2f}s per run more than the "
-          f"loop process (MLflow writes, checkpoints, Ray task plumbing); the driver and "
-          f"Ray's daemons {mon_b.cpu_s - roles.get('trial worker', 0.0):.1f}s per sweep "
-          f"invocation (imports, store, scheduling, Ray's periodic work).")
+          f"loop process (MLflow writes, checkpoints, Ray task plumbing).")
     others = mon_b.cpu_s - roles.get("trial worker", 0.0)
     daemons = others - roles.get("driver", 0.0)
     print(f"Whatever the runs' speed (CPU time of one process varies by several percent from "
           f"one process to the next here): the driver and Ray's other processes alone used "
-          f"{others:.1f}s of CPU, {others / a_cpu:.1%} of the loop's; of it Ray's daemons "
+          f"{others:.1f}s of CPU per sweep invocation (imports, store, scheduling, Ray's "
+          f"periodic work), {others / a_cpu:.1%} of the loop's; of it Ray's daemons "
           f"{daemons:.1f}s over {b['wall']:.0f}s, {daemons / b['wall'] * 60:.2f}s of CPU per "
           f"minute.")
     print(f"(a) wall: runs {a1['wall']:.1f}s and {a2['wall']:.1f}s; train() "

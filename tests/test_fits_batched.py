@@ -25,7 +25,7 @@ def test_batched_lbfgs_reaches_the_minima_scipy_reaches():
     x0 = rng.uniform(-2.0, 2.0, size=(12, 5))
 
     def fun(x, rows):
-        return np.array([rosen(v) for v in x]), np.array([rosen_der(v) for v in x])
+        return np.array([rosen(v) for v in x.T]), np.array([rosen_der(v) for v in x.T]).T
 
     res = minimize_batch(fun, x0, ftol=1e-15, gtol=1e-10, max_iter=15000)
     for start, end in zip(x0, res.x, strict=True):
@@ -37,8 +37,8 @@ def test_batched_lbfgs_reaches_the_minima_scipy_reaches():
     scales = rng.uniform(0.1, 10.0, size=(7, 3))  # badly scaled on purpose
 
     def quad(x, rows):
-        diff = x - centres[rows]
-        return (scales[rows] * diff ** 2).sum(1), 2 * scales[rows] * diff
+        diff = x - centres[rows].T  # problems are columns
+        return (scales[rows].T * diff ** 2).sum(0), 2 * scales[rows].T * diff
 
     res = minimize_batch(quad, np.zeros((7, 3)), ftol=1e-15, gtol=1e-10, max_iter=1000)
     np.testing.assert_allclose(res.x, centres, atol=1e-8)
@@ -46,7 +46,7 @@ def test_batched_lbfgs_reaches_the_minima_scipy_reaches():
 
 def test_a_problem_that_cannot_descend_stops_and_says_so():
     def flat_then_inf(x, rows):  # a finite point whose every step is infinite
-        f = np.where(np.abs(x[:, 0]) < 1e-300, 1.0, np.inf)
+        f = np.where(np.abs(x[0]) < 1e-300, 1.0, np.inf)
         return f, np.ones_like(x)
 
     res = minimize_batch(flat_then_inf, np.zeros((2, 2)), ftol=1e-15, gtol=1e-10,
@@ -76,6 +76,28 @@ def test_batched_refits_equal_one_at_a_time_refits_resample_by_resample(which):
         assert many.objective == pytest.approx(one.objective, rel=1e-9)
         np.testing.assert_allclose(many.theta, one.theta, rtol=1e-5, atol=1e-6)
         assert many.n_points == one.n_points and many.n_optimized == one.n_optimized
+
+
+def test_a_problem_ends_at_the_same_bits_alone_or_beside_others():
+    """A problem's end point does not depend on the problems batched with it, to the last bit
+    (a bootstrap's intervals must not depend on how many processes share its resamples; on a
+    flat valley the last bits decide where a refit stops). Each resample refitted alone (its
+    starts only, down to one running problem) and all together, and the interaction law's
+    bounded refit in two different splits."""
+    from analysis.fits import interaction as it
+
+    n, d, loss = _data("synthetic")
+    fit = a3.fit_approach3(n, d, loss)
+    starts = a3.refit_starts(n, d, loss, fit)
+    indices = resample_indices(len(n), 12, seed=3)
+    together = a3.refit_batch(n, d, loss, starts, indices)
+    for row, many in zip(indices, together, strict=True):
+        (alone,) = a3.refit_batch(n, d, loss, starts, row[None])
+        assert alone.theta == many.theta and alone.objective == many.objective
+    law = it.fit_interaction(n, d, loss)
+    thetas = [[law.theta for law in it.refit_batch(n, d, loss, law, part)]
+              for part in (indices, *np.array_split(indices, 5))]
+    assert thetas[0] == [t for part in thetas[1:] for t in part]
 
 
 def test_a_resample_that_cannot_be_fitted_gives_the_same_message():

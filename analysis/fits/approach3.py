@@ -42,7 +42,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from analysis.errors import FitError
-from analysis.fits.batched import minimize_batch, resample_counts
+from analysis.fits.batched import columns, minimize_batch, resample_counts
 from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.optimum import IsoFlopLines, optimal_allocation
 from analysis.fits.powerlaw import as_positive, require_points, require_varying
@@ -324,21 +324,23 @@ def _fit_at(theta: np.ndarray, objective: float, jac: np.ndarray, success: bool,
 def weighted_objective(thetas: np.ndarray, weights: np.ndarray, ln_n: np.ndarray,
                        ln_d: np.ndarray, ln_loss: np.ndarray,
                        delta: float = HUBER_DELTA) -> tuple[np.ndarray, np.ndarray]:
-    """huber_objective for k problems at once: θ (k, 5), each point i of problem j counted
-    weights[j, i] times (a bootstrap resample as counts): f (k,) and its gradient (k, 5)."""
-    a, b, e, alpha, beta = (col[:, None] for col in thetas.T)
+    """huber_objective for k problems at once, one per column: θ (5, k), each point i of
+    problem j counted weights[i, j] times (a bootstrap resample as counts, (m, k)): f (k,)
+    and its gradient (5, k). Points run down the rows (analysis.fits.batched)."""
+    a, b, e, alpha, beta = thetas
+    ln_n, ln_d = ln_n[:, None], ln_d[:, None]
     u1 = a - alpha * ln_n
     u2 = b - beta * ln_d
     m = np.maximum(np.maximum(u1, u2), e)
     x1, x2, x3 = np.exp(u1 - m), np.exp(u2 - m), np.exp(e - m)
     total = x1 + x2 + x3
-    r = np.log(total) + m - ln_loss
+    r = np.log(total) + m - ln_loss[:, None]
     abs_r = np.abs(r)
-    f = (weights * np.where(abs_r <= delta, 0.5 * r * r, delta * (abs_r - 0.5 * delta))).sum(1)
+    f = (weights * np.where(abs_r <= delta, 0.5 * r * r, delta * (abs_r - 0.5 * delta))).sum(0)
     psi = weights * np.clip(r, -delta, delta) / total
     g1, g2 = psi * x1, psi * x2
-    grad = np.stack([g1.sum(1), g2.sum(1), (psi * x3).sum(1), -(g1 * ln_n).sum(1),
-                     -(g2 * ln_d).sum(1)], axis=1)
+    grad = np.stack([g1.sum(0), g2.sum(0), (psi * x3).sum(0), -(g1 * ln_n).sum(0),
+                     -(g2 * ln_d).sum(0)])
     return f, grad
 
 
@@ -359,11 +361,11 @@ def refit_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, starts: np.ndarr
     if not row_data:
         return out
     n_starts = len(starts)
-    weights = np.repeat(rows, n_starts, axis=0)  # problem = (resample, start)
+    weights = np.ascontiguousarray(np.repeat(rows, n_starts, axis=0).T)  # (points, problems)
     x0 = np.tile(np.asarray(starts, dtype=float), (len(rows), 1))
 
     def fun(x: np.ndarray, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return weighted_objective(x, weights[which], full.ln_n, full.ln_d, full.ln_loss, delta)
+        return weighted_objective(x, columns(weights, which), full.ln_n, full.ln_d, full.ln_loss, delta)
 
     res = minimize_batch(fun, x0, ftol=LBFGS_OPTIONS["ftol"], gtol=LBFGS_OPTIONS["gtol"],
                          max_iter=LBFGS_OPTIONS["maxiter"])

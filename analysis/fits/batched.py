@@ -30,9 +30,16 @@ MEMORY = 10
 ARMIJO = 1e-4
 MAX_HALVINGS = 60
 """Step halvings before a line search gives up (a step of 2^-60 ~ 1e-18 of the first)."""
+WIDTHS = (1, 2, 4, 16)
+"""Trial steps a line search evaluates in its first, second, ... call (the last repeats): the
+unit step, then t/2 and t/4 together, then the next 4, then 16 at a time. On the quickstart's
+interaction refit 78% of line searches take the unit step, 12% t/2, 5% t/4, 2% t/8; against
+1, 4, 16 this evaluates 19% fewer trial points (5.8M against 7.1M) in 28% more calls, and
+takes the same steps (issue 21)."""
 
 FunGrad = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-"""fun(x, rows) -> (f, g): problems ``rows`` (k,) evaluated at x (k, p): f (k,), g (k, p)."""
+"""fun(x, rows) -> (f, g): problems ``rows`` (k,) evaluated at x (p, k), one problem per
+*column*: f (k,), g (p, k)."""
 
 
 @dataclass(frozen=True)
@@ -53,37 +60,44 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
                    upper: np.ndarray | None = None) -> BatchResult:
     """Minimise B independent problems from the rows of ``x0`` (B, p) (module docstring).
 
+    Inside, and for ``fun``, the problems are the columns: x is (p, k), so every numpy call
+    runs along rows of thousands of problems. With the problems as rows, (k, p) arrays of
+    p = 5-6 values per row, each reduction, broadcast or strided slice ran an inner loop of
+    5-12 elements per problem, and the interaction law's refit spent 1.6 µs per problem and
+    iteration outside its objective (issue 21; BENCHMARKS.md).
+
     ``lower``, ``upper`` (p,): bounds on the variables (±inf where none). With bounds the
     method is projected L-BFGS: a variable on a bound whose gradient points out of the box is
     held there (its direction component zeroed), steps are projected onto the box, and the
     gradient rule reads the projected gradient clip(x − g, lower, upper) − x, as SciPy's
     L-BFGS-B's does. Without bounds nothing of this runs (the unbounded path is unchanged).
     """
-    x = np.array(x0, dtype=float)
-    n_prob, p = x.shape
+    x = np.array(np.asarray(x0, dtype=float).T)  # (p, B), a copy in this layout
+    p, n_prob = x.shape
     box = None
     if lower is not None or upper is not None:
         lo = np.full(p, -np.inf) if lower is None else np.asarray(lower, dtype=float)
         hi = np.full(p, np.inf) if upper is None else np.asarray(upper, dtype=float)
-        box = (lo, hi)
-        x = np.clip(x, lo, hi)
+        box = (lo[:, None], hi[:, None])
+        x = np.clip(x, *box)
     everyone = np.arange(n_prob)
-    f, g = fun(x, everyone)
+    f, g = _evaluate(fun, x, everyone)
     success = np.zeros(n_prob, dtype=bool)
     n_iter = np.zeros(n_prob, dtype=int)
     # Problems that start at a non-finite point or at a stationary one do not move.
-    active = np.isfinite(f) & np.all(np.isfinite(g), axis=1)
-    stationary = active & (np.max(np.abs(_projected(x, g, box)), axis=1) <= gtol)
+    active = np.isfinite(f) & np.all(np.isfinite(g), axis=0)
+    stationary = active & (np.max(np.abs(_projected(x, g, box)), axis=0) <= gtol)
     success[stationary] = True
     active &= ~stationary
-    # The state of the problems still running, compacted: row i is problem live[i]. Rows
-    # leave when their problem stops (written back to x, f, g), so an iteration touches
-    # contiguous arrays and never gathers or scatters the (problems, MEMORY, p) history.
+    # The state of the problems still running, compacted: column i is problem live[i].
+    # Columns leave when their problem stops (written back to x, f, g), so an iteration
+    # touches contiguous arrays and never gathers or scatters the (MEMORY, p, problems)
+    # history.
     live = np.flatnonzero(active)
-    xs, fs, gs = x[live], f[live], g[live]
-    S = np.zeros((live.size, MEMORY, p))
-    Y = np.zeros((live.size, MEMORY, p))
-    rho = np.zeros((live.size, MEMORY))
+    xs, fs, gs = columns(x, live), f[live], columns(g, live)
+    S = np.zeros((MEMORY, p, live.size))
+    Y = np.zeros((MEMORY, p, live.size))
+    rho = np.zeros((MEMORY, live.size))
     first = np.ones(live.size, dtype=bool)
     for _ in range(max_iter):
         if live.size == 0:
@@ -96,55 +110,91 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
         d = -_two_loop(g_act, S, Y, rho)
         if held is not None:
             d[held] = 0.0
-        slope = np.einsum("kp,kp->k", g_act, d)
+        slope = _dot(g_act, d)
         bad = ~(slope < 0)  # not a descent direction (rounding): restart from steepest descent
         if bad.any():
-            d[bad] = -g_act[bad]
-            slope[bad] = -np.einsum("kp,kp->k", g_act[bad], g_act[bad])
-            S[bad], Y[bad], rho[bad] = 0.0, 0.0, 0.0
+            d[:, bad] = -g_act[:, bad]
+            slope[bad] = -_dot(g_act[:, bad], g_act[:, bad])
+            S[:, :, bad], Y[:, :, bad], rho[:, bad] = 0.0, 0.0, 0.0
         step = np.ones(live.size)
-        step[first] = 1.0 / np.maximum(np.linalg.norm(d[first], axis=1), 1e-300)
+        if first.any():
+            d_first = columns(d, first)
+            step[first] = 1.0 / np.maximum(np.sqrt(_dot(d_first, d_first)), 1e-300)
         x_new, f_new, g_new, moved = _line_search(fun, live, xs, fs, d, slope, step, gs, box)
         n_iter[live] += 1
         first[:] = False
         s, y = x_new - xs, g_new - gs  # zero where not moved
-        sy, yy = np.einsum("kp,kp->k", s, y), np.einsum("kp,kp->k", y, y)
+        sy, yy = _dot(s, y), _dot(y, y)
         keep = moved & (sy > np.finfo(float).eps * yy)
         if keep.all():  # the usual case: every history shifts by one
-            S[:, :-1], Y[:, :-1], rho[:, :-1] = S[:, 1:], Y[:, 1:], rho[:, 1:]
-            S[:, -1], Y[:, -1], rho[:, -1] = s, y, 1.0 / sy
-        elif keep.any():
-            S[keep, :-1], Y[keep, :-1], rho[keep, :-1] = S[keep, 1:], Y[keep, 1:], rho[keep, 1:]
-            S[keep, -1], Y[keep, -1], rho[keep, -1] = s[keep], y[keep], 1.0 / sy[keep]
+            S[:-1], Y[:-1], rho[:-1] = S[1:], Y[1:], rho[1:]
+            S[-1], Y[-1], rho[-1] = s, y, 1.0 / sy
+        elif keep.any():  # np.where, not masked assignment: a masked column write is slow
+            S[:-1], Y[:-1] = np.where(keep, S[1:], S[:-1]), np.where(keep, Y[1:], Y[:-1])
+            rho[:-1] = np.where(keep, rho[1:], rho[:-1])
+            S[-1], Y[-1] = np.where(keep, s, S[-1]), np.where(keep, y, Y[-1])
+            with np.errstate(divide="ignore"):
+                rho[-1] = np.where(keep, 1.0 / sy, rho[-1])
         rel = (fs - f_new) / np.maximum(np.maximum(np.abs(fs), np.abs(f_new)), 1.0)
-        done = moved & ((rel <= ftol) | (np.max(np.abs(_projected(x_new, g_new, box)), axis=1)
+        done = moved & ((rel <= ftol) | (np.max(np.abs(_projected(x_new, g_new, box)), axis=0)
                                          <= gtol))
         xs, fs, gs = x_new, f_new, g_new
         success[live[done]] = True
         stop = done | ~moved  # ~moved: no decrease found, it stops where it is
         if stop.any():
-            x[live[stop]], f[live[stop]], g[live[stop]] = xs[stop], fs[stop], gs[stop]
+            gone = live[stop]
+            x[:, gone], f[gone], g[:, gone] = xs[:, stop], fs[stop], gs[:, stop]
             go = ~stop
-            live, xs, fs, gs = live[go], xs[go], fs[go], gs[go]
-            S, Y, rho, first = S[go], Y[go], rho[go], first[go]
-    x[live], f[live], g[live] = xs, fs, gs
-    return BatchResult(x=x, fun=f, jac=g, success=success, n_iter=n_iter)
+            live, xs, fs, gs = live[go], columns(xs, go), fs[go], columns(gs, go)
+            S, Y, rho, first = columns(S, go), columns(Y, go), columns(rho, go), first[go]
+    x[:, live], f[live], g[:, live] = xs, fs, gs
+    return BatchResult(x=x.T.copy(), fun=f, jac=g.T.copy(), success=success, n_iter=n_iter)
+
+
+def columns(a: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """a[..., which] (a boolean mask or indices), C-contiguous. Why not a[..., which]: numpy
+    returns that in a strided layout (the selected axis outermost in memory), and every later
+    operation on it walks memory in steps of a row; np.compress and np.take copy in order."""
+    if which.dtype == bool:
+        return np.compress(which, a, axis=-1)
+    return np.take(a, which, axis=-1)
+
+
+def _evaluate(fun: FunGrad, x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """fun(x, rows), the same to the last bit for a problem whatever other problems share the
+    call. Why: numpy sums the rows of an (m, k) array column by column in order, but a
+    lone column, (m, 1), is one contiguous block that it sums pairwise, in another order;
+    the last bits then differ, and on a flat valley the end point with them (a bootstrap
+    split over 1 or 2 processes gave other intervals). So a lone column is evaluated beside
+    a copy of itself."""
+    if x.shape[1] != 1:
+        return fun(x, rows)
+    f, g = fun(np.tile(x, 2), np.tile(rows, 2))
+    return f[:1], g[:, :1]
+
+
+def _dot(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Column by column dot products of two (p, k) arrays: (k,); a lone column beside a copy
+    of itself, as in ``_evaluate``."""
+    if u.shape[-1] == 1:
+        return _dot(np.tile(u, 2), np.tile(v, 2))[:1]
+    return np.einsum("pk,pk->k", u, v)
 
 
 def _two_loop(g: np.ndarray, S: np.ndarray, Y: np.ndarray, rho: np.ndarray) -> np.ndarray:
-    """H·g by the two-loop recursion; empty slots (rho 0) contribute nothing."""
+    """H·g by the two-loop recursion, g (p, k), S and Y (MEMORY, p, k), rho (MEMORY, k);
+    empty slots (rho 0) contribute nothing."""
     q = g.copy()
     alpha = np.zeros(rho.shape)
     for j in range(MEMORY - 1, -1, -1):  # newest first
-        alpha[:, j] = rho[:, j] * np.einsum("kp,kp->k", S[:, j], q)
-        q -= alpha[:, j, None] * Y[:, j]
-    sy = np.einsum("kp,kp->k", S[:, -1], Y[:, -1])
-    yy = np.einsum("kp,kp->k", Y[:, -1], Y[:, -1])
-    gamma = np.where(rho[:, -1] > 0, sy / np.where(yy > 0, yy, 1.0), 1.0)
-    r = gamma[:, None] * q
+        alpha[j] = rho[j] * _dot(S[j], q)
+        q -= alpha[j] * Y[j]
+    sy, yy = _dot(S[-1], Y[-1]), _dot(Y[-1], Y[-1])
+    gamma = np.where(rho[-1] > 0, sy / np.where(yy > 0, yy, 1.0), 1.0)
+    r = gamma * q
     for j in range(MEMORY):  # oldest first
-        beta = rho[:, j] * np.einsum("kp,kp->k", Y[:, j], r)
-        r += S[:, j] * (alpha[:, j] - beta)[:, None]
+        beta = rho[j] * _dot(Y[j], r)
+        r += S[j] * (alpha[j] - beta)
     return r
 
 
@@ -158,12 +208,12 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
                  box: tuple[np.ndarray, np.ndarray] | None):
     """Backtracking on the Armijo condition; ``moved`` False where no step decreased f.
     With bounds each trial point is projected onto the box and the Armijo condition reads
-    the slope of the projected step, g·(x_t − x).
+    the slope of the projected step, g·(x_t − x). x, d, g: (p, k).
 
     Each problem takes the first of t, t/2, t/4, ... that satisfies the condition, as one
     halving at a time would; the problems still searching after a round try the next
-    ``width`` halvings in one call (1, then 4, then 16 at a time): the few problems that
-    need many halvings cost a few calls, not one call per halving (issue 21: the calls'
+    ``width`` halvings in one call (``WIDTHS``): the few problems
+    that need many halvings cost a few calls, not one call per halving (issue 21: the calls'
     overhead, not the arithmetic, was most of a batched refit). Halving is exact in
     floating point, so the steps, and the points taken, are those of one at a time.
     """
@@ -171,33 +221,37 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
     moved = np.zeros(rows.size, dtype=bool)
     trying = np.arange(rows.size)
     t = step.copy()
-    tried, width = 0, 1
+    tried, round_ = 0, 0
     while tried < MAX_HALVINGS and trying.size:
-        k = min(width, MAX_HALVINGS - tried)
+        k = min(WIDTHS[min(round_, len(WIDTHS) - 1)], MAX_HALVINGS - tried)
         m = trying.size
-        ts = t[trying, None] * 0.5 ** np.arange(k)  # (m, k): the next k halvings
-        x0 = x[trying, None, :]
-        xt = (x0 + ts[:, :, None] * d[trying, None, :]).reshape(m * k, -1)
+        ts = (t[trying] * 0.5 ** np.arange(k)[:, None]).ravel()  # (k·m,): halving-major
+        x0 = _tile(columns(x, trying), k)
+        xt = x0 + ts * _tile(columns(d, trying), k)
         if box is None:
-            decrease = (ts * slope[trying, None]).ravel()
+            decrease = ts * _tile(slope[trying], k)
         else:
             xt = np.clip(xt, box[0], box[1])
-            decrease = np.einsum("kp,kp->k", np.repeat(g[trying], k, axis=0),
-                                 xt - np.repeat(x[trying], k, axis=0))
+            decrease = _dot(_tile(columns(g, trying), k), xt - x0)
         with np.errstate(over="ignore", invalid="ignore"):
-            ft, gt = fun(xt, np.repeat(rows[trying], k))
-        ok = (np.isfinite(ft) & np.all(np.isfinite(gt), axis=1)
-              & (ft <= np.repeat(f[trying], k) + ARMIJO * decrease)).reshape(m, k)
-        hit = ok.any(axis=1)
-        first = np.argmax(ok, axis=1)[hit] + np.flatnonzero(hit) * k  # flat index
+            ft, gt = _evaluate(fun, xt, _tile(rows[trying], k))
+        ok = (np.isfinite(ft) & np.all(np.isfinite(gt), axis=0)
+              & (ft <= _tile(f[trying], k) + ARMIJO * decrease)).reshape(k, m)
+        hit = ok.any(axis=0)
+        first = np.argmax(ok, axis=0)[hit] * m + np.flatnonzero(hit)  # flat index
         took = trying[hit]
-        x_new[took], f_new[took], g_new[took] = xt[first], ft[first], gt[first]
+        x_new[:, took], f_new[took], g_new[:, took] = columns(xt, first), ft[first], columns(gt, first)
         moved[took] = True
         trying = trying[~hit]
         t[trying] *= 0.5 ** k
         tried += k
-        width = min(4 * width, 16)
+        round_ += 1
     return x_new, f_new, g_new, moved
+
+
+def _tile(a: np.ndarray, k: int) -> np.ndarray:
+    """k copies of a side by side along its last axis (a itself for k = 1)."""
+    return a if k == 1 else np.tile(a, k)
 
 
 def resample_counts(indices: Sequence[np.ndarray], size: int, check: Callable[[np.ndarray], object]

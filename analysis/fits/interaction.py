@@ -39,7 +39,7 @@ from analysis.fits.approach3 import (
     StartGrid,
     prepare,
 )
-from analysis.fits.batched import minimize_batch, resample_counts
+from analysis.fits.batched import columns, minimize_batch, resample_counts
 from analysis.fits.laws import Law, run_law
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
@@ -110,24 +110,24 @@ def huber_objective(theta: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray, ln_lo
 def weighted_objective(thetas: np.ndarray, weights: np.ndarray, ln_n: np.ndarray,
                        ln_d: np.ndarray, ln_loss: np.ndarray,
                        delta: float = HUBER_DELTA) -> tuple[np.ndarray, np.ndarray]:
-    """huber_objective for k problems at once: θ (k, 6), point i of problem j counted
-    weights[j, i] times (a bootstrap resample as counts): f (k,) and its gradient (k, 6).
+    """huber_objective for k problems at once, one per column: θ (6, k), point i of problem j
+    counted weights[i, j] times (a bootstrap resample as counts, (m, k)): f (k,) and its
+    gradient (6, k). Points run down the rows, problems along them (analysis.fits.batched).
     γ's bounds are the solver's (analysis.fits.batched, ``lower``/``upper``)."""
-    a, b, e, alpha, beta, gamma = (col[:, None] for col in thetas.T)
+    a, b, e, alpha, beta, gamma = thetas
+    ln_n, ln_d = ln_n[:, None], ln_d[:, None]
     s, w1 = lse(a - alpha * ln_n, b - beta * ln_d)
     pred, sig_t = lse(gamma * s, e)
-    r = pred - ln_loss
+    r = pred - ln_loss[:, None]
     clipped = np.clip(r, -delta, delta)
     psi = weights * clipped
     pt = psi * sig_t  # ∂/∂t of the weighted Huber terms, per point
     pw = pt * w1
-    g = gamma[:, 0]
-    sum_pt, sum_pw = pt.sum(1), pw.sum(1)
-    # Sums over points as matrix-vector products: the same sums as huber_objective's, with
-    # fewer (k, m) temporaries (each costs as much as the arithmetic at m ~ 12).
-    f = np.einsum("km,km->k", psi, r - 0.5 * clipped)
-    grad = np.stack([g * sum_pw, g * (sum_pt - sum_pw), psi.sum(1) - sum_pt, -g * (pw @ ln_n),
-                     -g * (pt @ ln_d - pw @ ln_d), np.einsum("km,km->k", pt, s)], axis=1)
+    sum_pt, sum_pw = pt.sum(0), pw.sum(0)
+    f = (psi * (r - 0.5 * clipped)).sum(0)
+    grad = np.stack([gamma * sum_pw, gamma * (sum_pt - sum_pw), psi.sum(0) - sum_pt,
+                     -gamma * (pw * ln_n).sum(0), -gamma * ((pt - pw) * ln_d).sum(0),
+                     (pt * s).sum(0)])
     return f, grad
 
 
@@ -261,10 +261,10 @@ def refit_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, start: Interacti
     n_starts = x0.shape[1]
     x0 = x0.reshape(-1, N_PARAMS)
     x0[:, 5] = np.clip(x0[:, 5], GAMMA_MIN, GAMMA_MAX)
-    problem_weights = np.repeat(weights, n_starts, axis=0)  # problem = (resample, start)
+    problem_weights = np.ascontiguousarray(np.repeat(weights, n_starts, axis=0).T)  # problem = (resample, start)
 
     def fun(x: np.ndarray, which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return weighted_objective(x, problem_weights[which], full.ln_n, full.ln_d,
+        return weighted_objective(x, columns(problem_weights, which), full.ln_n, full.ln_d,
                                   full.ln_loss, delta)
 
     res = minimize_batch(fun, x0, ftol=LBFGS_OPTIONS["ftol"], gtol=LBFGS_OPTIONS["gtol"],

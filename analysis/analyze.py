@@ -168,14 +168,9 @@ def analyze(
         verdict = judge_laws(fits, runs, selection.holdout, sigma)
         residuals = _residuals(runs, fits, sigma, with_parabolas="2" in wanted)
         refits: ConventionTable | Skipped = NOT_REQUESTED
-        if conventions and wanted & {"2", "3"}:
-            t0 = time.monotonic()
-            refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
-                                         approaches=wanted & {"2", "3"}, n_jobs=n_jobs,
-                                         bootstrap_by=bootstrap_by)
-            if progress is not None:
-                progress(f"refits under the other N and C conventions in "
-                         f"{time.monotonic() - t0:.1f} s")
+        if conventions:
+            refits = refit_conventions(runs, wanted, bootstrap, seed, n_jobs, bootstrap_by,
+                                       progress)
     return Analysis(
         source=all_runs.source, n_runs=len(all_runs), excluded=all_runs.excluded,
         conventions={"N": runs.n_convention, "C": runs.c_convention,
@@ -190,6 +185,33 @@ def analyze(
         agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in PAIRS}),
         verdict=verdict, bootstrap_by=bootstrap_by,
     )
+
+
+def refit_conventions(runs: RunsTable, wanted: Iterable[str], bootstrap: int, seed: int,
+                      n_jobs: int = 1, bootstrap_by: str = "run",
+                      progress: Callable[[str], None] | None = None
+                      ) -> ConventionTable | Skipped:
+    """Approaches 2 and 3 (those of ``wanted``) refitted under the other N and C conventions
+    (analysis.checks.conventions): ``analyze``'s last step, and the report's, which runs it
+    in a worker beside its figures. ``runs``: the fitted points (``Analysis.fitted_runs``)."""
+    approaches = set(wanted) & {"2", "3"}
+    if not approaches:
+        return NOT_REQUESTED
+    t0 = time.monotonic()
+    with single_threaded_blas():
+        refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
+                                     approaches=approaches, n_jobs=n_jobs,
+                                     bootstrap_by=bootstrap_by)
+    if progress is not None:
+        progress(f"refits under the other N and C conventions in "
+                 f"{time.monotonic() - t0:.1f} s")
+    return refits
+
+
+def timed_refit_conventions(*args: object) -> tuple[ConventionTable | Skipped, float]:
+    """refit_conventions(*args) and its wall time in seconds (for a worker: ``in_worker``)."""
+    t0 = time.monotonic()
+    return refit_conventions(*args), time.monotonic() - t0  # type: ignore[arg-type]
 
 
 def fit_all(inp: FitInput, wanted: set[str],

@@ -19,15 +19,17 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from analysis.errors import FitError
 from analysis.threads import single_threaded_blas
 
+T = TypeVar("T")
 DEFAULT_RESAMPLES = 1000
 LEVEL = 0.95
 BY: tuple[str, ...] = ("run", "budget")
@@ -106,19 +108,35 @@ _POOL: tuple[int, ProcessPoolExecutor] | None = None
 """The pool of ``worker_pool`` while its block runs: (processes, executor)."""
 
 
+POOL_PRELOAD = ("analysis.analyze",)
+"""What the fork server imports once for all workers: every fit and what it imports."""
+
+
 def _new_pool(n_jobs: int) -> ProcessPoolExecutor:
-    # spawn, not fork: a forked child of a process with threads (MLflow, BLAS) can hang.
-    return ProcessPoolExecutor(max_workers=n_jobs,
-                               mp_context=multiprocessing.get_context("spawn"))
+    # A fork server, not fork and not spawn. Not fork: the caller may have threads (the sweep
+    # driver reports in-process, beside Ray's and MLflow's; BLAS has its own), and a fork of a
+    # process with threads can hang. Not spawn: a spawned worker imports numpy, scipy and the
+    # fits anew, ~0.8 s of CPU each (issue 21). The fork server starts clean, imports them
+    # once and forks every worker from itself.
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(POOL_PRELOAD))
+    else:  # Windows
+        ctx = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx)
+    for _ in range(n_jobs):  # start the workers now, while the caller goes on with its work
+        pool.submit(int)
+    return pool
 
 
 @contextmanager
 def worker_pool(n_jobs: int) -> Iterator[None]:
     """One pool of ``n_jobs`` worker processes for every bootstrap run inside the block.
 
-    A spawned worker imports numpy and scipy (~1 s); a report bootstraps 7 fits plus the
-    convention refits, so one pool per report instead of one per fit saves most of that.
-    With ``n_jobs`` 1 nothing is started.
+    Its workers start when the block is entered and import nothing more (the fork server has
+    them imported: ``_new_pool``); a report bootstraps 7 fits plus the convention refits, and
+    enters the block before it loads its runs, so the workers are ready when the first fit
+    needs them. With ``n_jobs`` 1 nothing is started.
     """
     global _POOL
     if n_jobs <= 1 or _POOL is not None:
@@ -130,6 +148,17 @@ def worker_pool(n_jobs: int) -> Iterator[None]:
             yield
         finally:
             _POOL = None
+
+
+def in_worker(fn: Callable[..., T], *args: object) -> Future[T]:
+    """``fn(*args)`` in a worker of the pool of ``worker_pool``, while the caller goes on;
+    without a pool (``n_jobs`` 1), here and now. Its Future either way (``fn`` and ``args``
+    must be picklable)."""
+    if _POOL is not None:
+        return _POOL[1].submit(fn, *args)
+    done: Future[T] = Future()
+    done.set_result(fn(*args))
+    return done
 
 
 def resample_indices(n_units: int, n_resamples: int, seed: int,

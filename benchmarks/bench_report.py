@@ -98,7 +98,8 @@ def main() -> None:
     dirty = " (with uncommitted changes)" if subprocess.run(
         ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
         capture_output=True, text=True).stdout.strip() else ""
-    print(machine_header(f"quickstart-style report: {rev} against {here}{dirty}"))
+    print(machine_header(f"the report of {args.export.parent.name}/{args.export.name}: "
+                         f"{rev} against {here}{dirty}"))
     print(f"command: python -m analysis.report --export {args.export.name} --sweep-file "
           f"{args.sweep_file.name} --out TMP --force --bootstrap {args.bootstrap}"
           + (f" --jobs {args.jobs}" if args.jobs else ""))

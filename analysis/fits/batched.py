@@ -63,8 +63,9 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
     Inside, and for ``fun``, the problems are the columns: x is (p, k), so every numpy call
     runs along rows of thousands of problems. With the problems as rows, (k, p) arrays of
     p = 5-6 values per row, each reduction, broadcast or strided slice ran an inner loop of
-    5-12 elements per problem, and the interaction law's refit spent 1.6 µs per problem and
-    iteration outside its objective (issue 21; BENCHMARKS.md).
+    5-12 elements per problem: the interaction law's 400 quickstart refits spent 1.7 µs per
+    problem and iteration outside its objective, and took 8.2-8.5 s of CPU against 5.8-5.9 s
+    now (issue 21; BENCHMARKS.md).
 
     ``lower``, ``upper`` (p,): bounds on the variables (±inf where none). With bounds the
     method is projected L-BFGS: a variable on a bound whose gradient points out of the box is

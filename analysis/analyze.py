@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -217,19 +218,38 @@ def timed_refit_conventions(*args: object) -> tuple[ConventionTable | Skipped, f
 def fit_all(inp: FitInput, wanted: set[str],
             progress: Callable[[str], None] | None = None) -> dict[str, Estimate | Skipped]:
     """Every entry of the table of fits, in table order; those not wanted are Skipped.
-    ``progress`` gets "fit i/n NAME ... in s" as each is done (a bootstrap can take a while)."""
-    out: dict[str, Estimate | Skipped] = {}
+    ``progress`` gets "fit i/n NAME ... in s" as each is done (a bootstrap can take a while).
+
+    With a pool of workers (``inp.n_jobs`` > 1) the fits run at once, each in a thread of this
+    process: a fit's own work (its full-data fit, a bootstrap that stays in the process) goes
+    on while the workers refit another fit's resamples, where one after another they waited
+    for it (issue 21). Fits share nothing, so each result is the one it would be alone; the
+    lines then come in the order the fits end, numbered so."""
     todo = [name for name in FITS if name in wanted]
-    for name, spec in FITS.items():
-        if name not in wanted:
-            out[name] = NOT_REQUESTED
-            continue
+
+    def run(name: str) -> tuple[str, Estimate | Skipped, float]:
         t0 = time.monotonic()
-        out[name] = spec.run(inp)
+        return name, FITS[name].run(inp), time.monotonic() - t0
+
+    if inp.n_jobs > 1 and len(todo) > 1:
+        threads = ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="fit")
+        with threads:
+            finished = (f.result() for f in as_completed([threads.submit(run, n) for n in todo]))
+            done = _collect(finished, len(todo), inp.n_resamples, progress)
+    else:
+        done = _collect(map(run, todo), len(todo), inp.n_resamples, progress)
+    return {name: done.get(name, NOT_REQUESTED) for name in FITS}
+
+
+def _collect(finished: Iterable[tuple[str, Estimate | Skipped, float]], total: int,
+             n_resamples: int, progress: Callable[[str], None] | None
+             ) -> dict[str, Estimate | Skipped]:
+    out: dict[str, Estimate | Skipped] = {}
+    for i, (name, est, seconds) in enumerate(finished, 1):
+        out[name] = est
         if progress is not None:
             label = f"Approach {name}" if name.isdigit() else name
-            progress(f"fit {todo.index(name) + 1}/{len(todo)} {label} with {inp.n_resamples} "
-                     f"resamples in {time.monotonic() - t0:.1f} s")
+            progress(f"fit {i}/{total} {label} with {n_resamples} resamples in {seconds:.1f} s")
     return out
 
 

@@ -256,8 +256,8 @@ def write_report(args: argparse.Namespace) -> Path:
                  f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
             table, seconds = refits.result()
             result = replace(result, convention_refits=table)
-            _log(f"report: refits under the other N and C conventions in {seconds:.1f} s "
-                 "(beside the figures)")
+            _log(f"report: refits under the other N and C conventions in {seconds:.1f} s"
+                 + (" (in a worker, beside the figures)" if args.jobs > 1 else ""))
             samples = jobs.results() if jobs is not None and runs.generates else None
             info = ReportInput(
                 name=name, command=regenerate_command(args), runs=runs, figures=figures,

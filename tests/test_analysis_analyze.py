@@ -131,6 +131,18 @@ def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes(monk
     assert not np.array_equal(one.samples["alpha"], other.samples["alpha"])
 
 
+def test_fit_json_is_the_same_with_one_process_or_a_pool(monkeypatch):
+    """With --jobs 2 the fits run at once in threads and their resamples are split over two
+    workers (analysis.analyze.fit_all, analysis.fits.bootstrap); fit.json must be the one that
+    a single process makes, to the last bit."""
+    monkeypatch.setattr(bootstrap_module, "MIN_PARALLEL_RESAMPLES", 1)  # pools even for 16
+    runs = isoflop_runs(LAW, BUDGETS[:4], sizes_per_budget=5, noise=0.01, seed=4)
+    one, two = (analysis_to_json(analyze(runs, None, bootstrap=16, seed=2, n_jobs=jobs))
+                for jobs in (1, 2))
+    assert sum(isinstance(est, dict) and "ci95" in est for est in one["approaches"].values()) >= 5
+    assert json.dumps(one, sort_keys=True) == json.dumps(two, sort_keys=True)
+
+
 def test_compare_marks_inside_outside_and_missing():
     estimates = {
         "kaplan": ({"alpha_N": 0.08}, {"alpha_N": Interval(0.07, 0.09)}),

@@ -212,10 +212,10 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
     the slope of the projected step, g·(x_t − x). x, d, g: (p, k).
 
     Each problem takes the first of t, t/2, t/4, ... that satisfies the condition, as one
-    halving at a time would; the problems still searching after a round try the next
-    ``width`` halvings in one call (``WIDTHS``): the few problems
-    that need many halvings cost a few calls, not one call per halving (issue 21: the calls'
-    overhead, not the arithmetic, was most of a batched refit). Halving is exact in
+    halving at a time would; the problems still searching after a round try the next few
+    halvings in one call (``WIDTHS``): the few problems that need many halvings cost a few
+    calls, not one call per halving (issue 21: the calls' overhead, not the arithmetic, was
+    most of a batched refit). Halving is exact in
     floating point, so the steps, and the points taken, are those of one at a time.
     """
     x_new, f_new, g_new = x.copy(), f.copy(), g.copy()

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -123,10 +126,40 @@ def _new_pool(n_jobs: int) -> ProcessPoolExecutor:
         ctx.set_forkserver_preload(list(POOL_PRELOAD))
     else:  # Windows
         ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx)
+    pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx, initializer=_exit_with,
+                               initargs=(os.getpid(),))
     for _ in range(n_jobs):  # start the workers now, while the caller goes on with its work
         pool.submit(int)
     return pool
+
+
+def _exit_with(parent: int) -> None:
+    """A worker's initializer: end the worker when ``parent`` (the process that made the
+    pool) ends, even by SIGKILL (the OOM killer, kill -9), which nothing passes on. Left
+    alone, a worker waits for work forever, and keeps the fork server alive with it
+    (tests/test_faults.py kills a sweep's driver while its report runs)."""
+
+    def watch() -> None:
+        try:  # Linux >= 5.3: a descriptor that becomes readable when the process ends
+            fd = os.pidfd_open(parent)
+        except (AttributeError, OSError):  # elsewhere, or the parent is gone already
+            while _alive(parent):
+                time.sleep(1.0)
+        else:
+            select.select([fd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True
 
 
 @contextmanager
@@ -135,8 +168,8 @@ def worker_pool(n_jobs: int) -> Iterator[None]:
 
     Its workers start when the block is entered and import nothing more (the fork server has
     them imported: ``_new_pool``); a report bootstraps 7 fits plus the convention refits, and
-    enters the block before it loads its runs, so the workers are ready when the first fit
-    needs them. With ``n_jobs`` 1 nothing is started.
+    enters the block before its first fit, so the workers start beside its first fits, which
+    do not use them. With ``n_jobs`` 1 nothing is started.
     """
     global _POOL
     if n_jobs <= 1 or _POOL is not None:

@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import select
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -137,29 +136,20 @@ def _exit_with(parent: int) -> None:
     """A worker's initializer: end the worker when ``parent`` (the process that made the
     pool) ends, even by SIGKILL (the OOM killer, kill -9), which nothing passes on. Left
     alone, a worker waits for work forever, and keeps the fork server alive with it
-    (tests/test_faults.py kills a sweep's driver while its report runs)."""
+    (tests/test_faults.py kills a sweep's driver while its report runs). Linux >= 5.3 has a
+    descriptor that becomes readable when a process ends; elsewhere workers are not watched."""
+    try:
+        fd = os.pidfd_open(parent)
+    except ProcessLookupError:  # the parent is gone already
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd here
+        return
 
     def watch() -> None:
-        try:  # Linux >= 5.3: a descriptor that becomes readable when the process ends
-            fd = os.pidfd_open(parent)
-        except (AttributeError, OSError):  # elsewhere, or the parent is gone already
-            while _alive(parent):
-                time.sleep(1.0)
-        else:
-            select.select([fd], [], [])
+        select.select([fd], [], [])
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    return True
 
 
 @contextmanager

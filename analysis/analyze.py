@@ -170,8 +170,10 @@ def analyze(
         residuals = _residuals(runs, fits, sigma, with_parabolas="2" in wanted)
         refits: ConventionTable | Skipped = NOT_REQUESTED
         if conventions:
-            refits = refit_conventions(runs, wanted, bootstrap, seed, n_jobs, bootstrap_by,
-                                       progress)
+            refits, seconds = timed_refit_conventions(runs, wanted, bootstrap, seed, n_jobs,
+                                                      bootstrap_by)
+            if progress is not None and not isinstance(refits, Skipped):
+                progress(f"refits under the other N and C conventions in {seconds:.1f} s")
     return Analysis(
         source=all_runs.source, n_runs=len(all_runs), excluded=all_runs.excluded,
         conventions={"N": runs.n_convention, "C": runs.c_convention,
@@ -189,28 +191,21 @@ def analyze(
 
 
 def refit_conventions(runs: RunsTable, wanted: Iterable[str], bootstrap: int, seed: int,
-                      n_jobs: int = 1, bootstrap_by: str = "run",
-                      progress: Callable[[str], None] | None = None
-                      ) -> ConventionTable | Skipped:
+                      n_jobs: int = 1, bootstrap_by: str = "run") -> ConventionTable | Skipped:
     """Approaches 2 and 3 (those of ``wanted``) refitted under the other N and C conventions
     (analysis.checks.conventions): ``analyze``'s last step, and the report's, which runs it
     in a worker beside its figures. ``runs``: the fitted points (``Analysis.fitted_runs``)."""
     approaches = set(wanted) & {"2", "3"}
     if not approaches:
         return NOT_REQUESTED
-    t0 = time.monotonic()
     with single_threaded_blas():
-        refits = compare_conventions(runs, bootstrap=bootstrap, seed=seed,
-                                     approaches=approaches, n_jobs=n_jobs,
-                                     bootstrap_by=bootstrap_by)
-    if progress is not None:
-        progress(f"refits under the other N and C conventions in "
-                 f"{time.monotonic() - t0:.1f} s")
-    return refits
+        return compare_conventions(runs, bootstrap=bootstrap, seed=seed, approaches=approaches,
+                                   n_jobs=n_jobs, bootstrap_by=bootstrap_by)
 
 
 def timed_refit_conventions(*args: object) -> tuple[ConventionTable | Skipped, float]:
-    """refit_conventions(*args) and its wall time in seconds (for a worker: ``in_worker``)."""
+    """refit_conventions(*args) and its wall time in seconds (analyze's progress line; the
+    report runs it in a worker: ``in_worker``)."""
     t0 = time.monotonic()
     return refit_conventions(*args), time.monotonic() - t0  # type: ignore[arg-type]
 

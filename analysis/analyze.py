@@ -50,7 +50,7 @@ from analysis.checks.residuals import (
     law_residuals,
 )
 from analysis.checks.schedules import ScheduleComparison, compare_schedules
-from analysis.checks.verdict import LAWS, Verdict, judge_laws
+from analysis.checks.verdict import LAWS, Verdict, interval_problem, judge_laws
 from analysis.errors import FitError
 from analysis.fits.bootstrap import BY, Bootstrap, worker_pool
 from analysis.fits.results import Estimate, Skipped
@@ -258,7 +258,10 @@ def compare_documented(fits: Mapping[str, Estimate | Skipped], ref: float,
     }
     judged = None if verdict is None else {
         v.approach: ("" if v.describes else v.reason()) for v in verdict.laws}
-    return compare(estimates, tokens_note=f"at C = {ref:.3g}", not_describing=judged)
+    problems = {(name, key): why for name, est in fits.items() if isinstance(est, Estimate)
+                for key in est.point if (why := interval_problem(est, key)) is not None}
+    return compare(estimates, tokens_note=f"at C = {ref:.3g}", not_describing=judged,
+                   interval_problems=problems)
 
 
 def _residuals(runs: RunsTable, fits: Mapping[str, Estimate | Skipped], sigma: float | None,

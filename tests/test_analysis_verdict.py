@@ -11,11 +11,14 @@ from analysis.analyze import analyze
 from analysis.checks.published import compare
 from analysis.checks.verdict import (
     HOLDOUT_TARGET,
+    MAX_FAILED_FRACTION,
     NOISE_RATIO_LIMIT,
     LawVerdict,
     choose_headline,
+    interval_problem,
 )
-from analysis.fits.bootstrap import Interval
+from analysis.fits.bootstrap import Bootstrap, Interval
+from analysis.fits.results import Estimate
 from analysis.fits.optimum import fit_lines, optimal_allocation
 from analysis.reporting.laws import headline_line, laws_section
 from analysis.runs.table import RunsTable, runs_from_arrays
@@ -82,6 +85,37 @@ def test_a_law_that_does_not_describe_the_runs_is_never_consistent():
     assert all("does not describe the runs" in r.note for r in threes)
     rows = compare({"3": (point, wide)}, not_describing={"3": ""})
     assert all(r.consistent for r in rows if r.approach == "3" and r.estimate is not None)
+
+
+def _estimate(a: float, samples: np.ndarray, n_failed: int) -> Estimate:
+    boot = Bootstrap(n_resamples=samples.size + n_failed, n_failed=n_failed, seed=0,
+                     samples={"a": samples})
+    return Estimate(fit=None, point={"a": a}, bootstrap=boot)
+
+
+def test_an_interval_from_a_minority_of_resamples_or_without_its_estimate_is_not_compared():
+    samples = np.linspace(0.45, 0.55, 100)
+    assert interval_problem(_estimate(0.5, samples, 0), "a") is None
+    # 100 fitted: usable while at most MAX_FAILED_FRACTION of all resamples failed
+    limit = int(round(100 * MAX_FAILED_FRACTION / (1.0 - MAX_FAILED_FRACTION)))
+    assert interval_problem(_estimate(0.5, samples, limit), "a") is None
+    why = interval_problem(_estimate(0.5, samples, limit + 1), "a")
+    assert why is not None and f"only 100 of {101 + limit}" in why
+    why = interval_problem(_estimate(0.7, samples, 0), "a")
+    assert why is not None and "excludes its own estimate 0.7" in why
+    assert interval_problem(_estimate(0.5, samples, 0), "b") is None  # no such statistic
+    assert interval_problem(Estimate(fit=None, point={"a": 0.5}), "a") is None  # no bootstrap
+
+
+def test_a_row_whose_interval_cannot_be_compared_is_not_judged():
+    point = {"a": 0.5, "b": 0.5, "tokens_per_param": 20.0}
+    wide = {k: Interval(0.0, 100.0) for k in point}
+    why = "only 20 of 400 bootstrap resamples could be fitted"
+    rows = compare({"2": (point, wide)}, interval_problems={("2", "a"): why})
+    by_quantity = {r.quantity: r for r in rows if r.approach == "2"}
+    assert by_quantity["a"].inside and by_quantity["a"].consistent is None
+    assert why in by_quantity["a"].note and by_quantity["a"].to_json_dict()["interval_problem"] == why
+    assert by_quantity["b"].consistent is True and by_quantity["b"].interval_problem is None
 
 
 def test_on_an_interaction_law_the_interaction_law_headlines(interaction_result):

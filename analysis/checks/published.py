@@ -78,12 +78,16 @@ class ComparisonRow:
     describes_runs: bool | None = None
     """Whether the approach's law describes the runs (analysis.checks.verdict); None for an
     approach that is not a law judged there (Kaplan's separate laws, Approaches 1 and 2)."""
+    interval_problem: str | None = None
+    """Why our interval cannot be compared (analysis.checks.verdict.interval_problem: most
+    resamples failed, or it excludes our estimate); None when it can."""
 
     @property
     def consistent(self) -> bool | None:
         """"Consistent with the documented value": inside our interval *and* from a law that
-        describes the runs. A law that does not is never called consistent (issue 16)."""
-        if self.inside is None:
+        describes the runs. A law that does not is never called consistent (issue 16); an
+        interval that cannot be compared is not judged (None)."""
+        if self.inside is None or self.interval_problem is not None:
             return None
         return self.inside and self.describes_runs is not False
 
@@ -93,21 +97,26 @@ class ComparisonRow:
             "documented": self.documented, "estimate": self.estimate,
             "ci95": None if self.ci95 is None else self.ci95.as_list(),
             "inside": self.inside, "describes_runs": self.describes_runs,
-            "consistent": self.consistent, "note": self.note,
+            "consistent": self.consistent, "interval_problem": self.interval_problem,
+            "note": self.note,
         }
 
 
 def compare(estimates: dict[str, tuple[dict[str, float], dict[str, Interval]] | str],
             *, tokens_note: str = "",
-            not_describing: Mapping[str, str] | None = None) -> tuple[ComparisonRow, ...]:
+            not_describing: Mapping[str, str] | None = None,
+            interval_problems: Mapping[tuple[str, str], str] | None = None,
+            ) -> tuple[ComparisonRow, ...]:
     """One row per documented value.
 
     ``estimates`` maps an approach ("kaplan", "1", "2", "3") to (point statistics, 95%
     intervals), or to the reason the approach was skipped. ``not_describing`` maps each judged
     law (analysis.checks.verdict) that does not describe the runs to the reason, and each
-    that does to "" ; its rows are then never "consistent".
+    that does to "" ; its rows are then never "consistent". ``interval_problems`` maps
+    (approach, quantity) to why that interval cannot be compared; its row is not judged.
     """
     judged = {} if not_describing is None else dict(not_describing)
+    problems = {} if interval_problems is None else dict(interval_problems)
     rows = []
     for doc in DOCUMENTED:
         entry = estimates.get(doc.approach, "not run")
@@ -128,6 +137,9 @@ def compare(estimates: dict[str, tuple[dict[str, float], dict[str, Interval]] | 
         if estimate is None:
             note = f"{note}; not estimated"
         inside = None if interval is None or estimate is None else interval.contains(doc.value)
+        problem = problems.get((doc.approach, doc.quantity)) if inside is not None else None
+        if problem is not None:
+            note = f"{note}; not judged: {problem}"
         rows.append(ComparisonRow(doc.source, doc.quantity, doc.approach, doc.value,
-                                  estimate, interval, inside, note, describes))
+                                  estimate, interval, inside, note, describes, problem))
     return tuple(rows)

@@ -14,6 +14,8 @@ predicts every held-out run within ``HOLDOUT_TARGET`` (when a held-out budget ex
 may a report call its exponent "consistent with Chinchilla/Kaplan": an interval that contains
 0.5 says nothing when the law it comes from does not fit the points (issue 16: Approach 3's
 0.325 [0.246, 0.554] with residuals 2.9x the noise was called "consistent with Chinchilla").
+Nor may an interval be compared that most bootstrap resamples could not contribute to, or that
+excludes its own estimate (``interval_problem``), whatever the approach.
 
 The headline (``HEADLINE_RULE``): among the parametric laws (``PARAMETRIC``; the quadratic is a
 check that must not be extrapolated, so it never headlines) that describe the runs, the one
@@ -33,11 +35,15 @@ from analysis.checks.noise import collapse_replicates
 from analysis.checks.residuals import law_residuals
 from analysis.fits.results import Estimate, Skipped
 from analysis.runs.table import RunsTable
+from analysis.text import fmt, fmt_interval
 
 NOISE_RATIO_LIMIT = 1.5
 """Largest residual RMS / noise-expected RMS of a law that describes the runs."""
 HOLDOUT_TARGET = 0.01
 """Largest |relative error| at the held-out runs of a law that describes them (the issue's 1%)."""
+MAX_FAILED_FRACTION = 0.5
+"""Largest share of failed bootstrap resamples with which an interval may still be compared
+with a documented value (``interval_problem``)."""
 LAWS: Mapping[str, tuple[str, int]] = {
     "3": ("Approach 3 (additive E + A/N^α + B/D^β)", 5),
     "interaction": ("interaction law E + (A/N^α + B/D^β)^γ", 6),
@@ -51,6 +57,30 @@ HEADLINE_RULE = (
     f"(residual/noise ≤ {NOISE_RATIO_LIMIT} and every held-out run within "
     f"{HOLDOUT_TARGET:.0%}), the lowest residual/noise ratio; if none does, the lowest ratio, "
     "labelled as not describing the runs")
+
+
+def interval_problem(est: Estimate, name: str) -> str | None:
+    """Why the 95% interval of statistic ``name`` cannot be compared with a documented value,
+    or None when it can.
+
+    A bootstrap's intervals come from the resamples that could be fitted (analysis.fits.
+    bootstrap). When more than ``MAX_FAILED_FRACTION`` of them could not (a pooled resample of
+    an IsoFLOP sweep often leaves a budget without an interior minimum), the interval is the
+    spread of an unrepresentative minority, not the estimate's sampling spread; an interval
+    that excludes its own point estimate says the same. Issue 16: on the quickstart, Approach
+    2's 0.6926 [0.4844, 0.6556], from 20 of 400 resamples, was called "consistent with
+    Chinchilla".
+    """
+    boot = est.bootstrap
+    if boot is None or name not in boot.samples:
+        return None
+    if boot.n_failed > MAX_FAILED_FRACTION * boot.n_resamples:
+        return (f"only {boot.n_resamples - boot.n_failed} of {boot.n_resamples} bootstrap "
+                "resamples could be fitted, so its interval is conditional on them")
+    iv, point = boot.interval(name), est.point.get(name)
+    if point is not None and np.isfinite(point) and not iv.contains(point):
+        return f"its interval {fmt_interval(iv)} excludes its own estimate {fmt(point)}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -183,7 +213,8 @@ def summarise(fits: Mapping[str, Estimate | Skipped], verdict: Verdict,
             "tokens_per_param_ci95": _interval(est, "tokens_per_param"),
             "residual_noise_ratio": None if law is None else law.ratio,
             "holdout_rel_error": None if law is None else law.holdout_rel_error,
-            "describes_runs": None if law is None else law.describes}
+            "describes_runs": None if law is None else law.describes,
+            "interval_problem": interval_problem(est, "a")}
     headline = None
     if verdict.headline is not None and verdict.headline in approaches:
         law = verdict.law(verdict.headline)

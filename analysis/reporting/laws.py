@@ -9,7 +9,13 @@ table lists every approach and law on the same C, the model-free check included.
 from __future__ import annotations
 
 from analysis.analyze import Analysis
-from analysis.checks.verdict import CONVENTION, HOLDOUT_TARGET, NOISE_RATIO_LIMIT, Verdict
+from analysis.checks.verdict import (
+    CONVENTION,
+    HOLDOUT_TARGET,
+    NOISE_RATIO_LIMIT,
+    Verdict,
+    interval_problem,
+)
 from analysis.fits.bootstrap import Interval
 from analysis.fits.results import Estimate
 from analysis.fits.table import FITS
@@ -52,10 +58,14 @@ def position(iv: Interval | None, a: float) -> str:
 
 
 def judged_position(result: Analysis, name: str, est: Estimate) -> str:
-    """``position``, unless ``name`` is a law that does not describe the runs: then that, and
-    the headline law instead (issue 16)."""
+    """``position``, unless ``name`` is a law that does not describe the runs (then that, and
+    the headline law instead) or its interval of a cannot be compared (interval_problem;
+    issue 16)."""
     law = None if result.verdict is None else result.verdict.law(name)
     if law is None or law.describes:
+        problem = interval_problem(est, "a")
+        if problem is not None:
+            return f"no comparison: {problem}"
         return position(est.ci95("a"), est.point["a"])
     better = result.verdict.headline
     named = ("" if better in (None, name) else
@@ -80,7 +90,7 @@ def headline_line(result: Analysis) -> str | None:
     status = ("describes the runs" if law.describes else
               "the best available, but it does **not** describe the runs")
     then = ("" if not law.describes else
-            f"; against the documented exponents: {position(est.ci95('a'), est.point['a'])}")
+            f"; against the documented exponents: {judged_position(result, name, est)}")
     return (f"**Headline allocation** ({name}: {law.what}; {status}: {law.reason()}): "
             f"a = {_vci(est, 'a')}, b = {_vci(est, 'b')}, "
             f"{_vci(est, 'tokens_per_param')} {result.fitted_runs.data_unit} per parameter at "

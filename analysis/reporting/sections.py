@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.checks.extrapolation import ExtrapolationCheck
+from analysis.checks.verdict import MAX_FAILED_FRACTION, interval_problem
 from analysis.fits.approach2 import BudgetMinimum, budget_minimum
 from analysis.reporting.checks import (
     conventions_section,
@@ -85,7 +86,7 @@ def fitted(result: Analysis) -> list[tuple[str, Estimate]]:
 def _few_resamples(est: Estimate) -> str:
     """A warning when most bootstrap resamples could not be fitted."""
     b = est.bootstrap
-    if b is None or b.n_failed <= 0.5 * b.n_resamples:
+    if b is None or b.n_failed <= MAX_FAILED_FRACTION * b.n_resamples:
         return ""
     return f"; only {b.n_resamples - b.n_failed} of {b.n_resamples} resamples could be fitted"
 
@@ -132,6 +133,8 @@ def _fit_lines(result: Analysis) -> list[str]:
     elif unit != "tokens":
         tok = (f"Chinchilla's ≈ 20 tokens per parameter is not compared with "
                f"{unit} per parameter")
+    elif (problem := interval_problem(est, "tokens_per_param")) is not None:
+        tok = f"Chinchilla's ≈ 20 tokens per parameter is not compared: {problem}"
     else:
         where = "inside" if tpp_iv.contains(CHINCHILLA_TOKENS) else "outside"
         tok = f"Chinchilla's ≈ 20 tokens per parameter is {where} our {fmt_interval(tpp_iv)}"

@@ -245,3 +245,14 @@ def test_analyze_by_budget_records_the_scheme_and_draws_other_resamples() -> Non
     assert analysis_to_json(within)["bootstrap"]["by"] == "budget"
     with pytest.raises(ValueError, match="bootstrap_by"):
         analyze(runs, bootstrap=0, bootstrap_by="seed")
+
+
+def test_a_fit_whose_n_term_vanishes_is_an_error_not_an_allocation():
+    """exp(ln A) underflows to A = 0: the law then has no N term and G = (αA/(βB))^(1/(α+β))
+    is 0; before, such a bootstrap refit counted as fitted and warned in log and power."""
+    rng = np.random.default_rng(0)
+    n, d = np.exp(rng.uniform(11, 14, 12)), np.exp(rng.uniform(15, 18, 12))
+    loss = 1.5 + 400.0 / d ** 0.3  # no N dependence at all
+    start = np.array([[-800.0, np.log(400.0), np.log(1.5), 0.3, 0.3]])
+    with pytest.raises(FitError, match="the N term vanishes"):
+        fit_approach3(n, d, loss, keep=0, warm_starts=start)

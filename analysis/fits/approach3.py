@@ -312,6 +312,10 @@ def _fit_at(theta: np.ndarray, objective: float, jac: np.ndarray, success: bool,
     if max(ln_a, ln_b, ln_e) > 700:
         raise FitError(f"{WHAT}: a coefficient overflows (ln A, ln B, ln E = "
                        f"{ln_a:.4g}, {ln_b:.4g}, {ln_e:.4g}); the fit is degenerate")
+    if min(ln_a, ln_b) < -700:  # exp underflows: A or B = 0, G = (αA/(βB))^(1/(α+β)) = 0 or ∞
+        raise FitError(f"{WHAT}: the {'N' if ln_a < ln_b else 'D'} term vanishes (ln A = "
+                       f"{ln_a:.4g}, ln B = {ln_b:.4g}): the fitted loss does not depend on "
+                       f"{'N' if ln_a < ln_b else 'D'}, so it has no compute-optimal allocation")
     return Approach3Fit(
         E=float(np.exp(ln_e)), A=float(np.exp(ln_a)), B=float(np.exp(ln_b)),
         alpha=alpha, beta=beta, objective=objective, n_points=int(data.ln_n.size),

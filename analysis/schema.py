@@ -69,6 +69,8 @@ def noise_to_json(noise: NoiseEstimate | Skipped) -> dict[str, Any]:
     return {"status": "ok", "n_groups": noise.n_groups, "n_runs": noise.n_runs,
             "dof": noise.dof, "sigma": noise.sigma, "sigma_ci": noise.sigma_ci.as_list(),
             "rel_sigma": noise.rel_sigma, "rel_sigma_ci": noise.rel_sigma_ci.as_list(),
+            "pooled_sigma": noise.pooled_sigma, "pooled_dof": noise.pooled_dof,
+            "draw_effect_dof": noise.draw_effect_dof, "draw_effect_p": noise.draw_effect_p,
             "groups": [dict(g.__dict__) for g in noise.groups]}
 
 

@@ -45,10 +45,12 @@ def _table(loss, seeds, n=None, d=None):
 
 def test_pooled_sigma_and_its_chi2_interval_by_hand():
     # Groups (1.0, 1.2) and (2.0, 2.1, 2.2): squares 0.02 + 0.02 over 1 + 2 degrees of freedom.
-    runs = _table([1.0, 1.2, 2.0, 2.1, 2.2], [0, 1, 0, 1, 2],
+    # No seed is in both groups, so no seed's offset can be told from its cell: σ is pooled.
+    runs = _table([1.0, 1.2, 2.0, 2.1, 2.2], [0, 1, 2, 3, 4],
                   n=[1e6, 1e6, 2e6, 2e6, 2e6])
     noise = estimate_noise(runs)
     assert (noise.n_groups, noise.n_runs, noise.dof) == (2, 5, 3)
+    assert (noise.draw_effect_dof, noise.draw_effect_p, noise.pooled_sigma) == (0, None, None)
     assert noise.sigma == pytest.approx(np.sqrt(0.04 / 3), rel=1e-12)
     # chi2(3): 2.5% point 0.2158, 97.5% point 9.348.
     assert noise.sigma_ci.low == pytest.approx(noise.sigma * np.sqrt(3 / 9.3484), rel=1e-4)
@@ -56,9 +58,42 @@ def test_pooled_sigma_and_its_chi2_interval_by_hand():
     assert [g.std_loss for g in noise.groups] == pytest.approx([np.sqrt(0.02), 0.1])
 
 
+def test_sigma_net_of_seed_offsets_by_hand():
+    # Cells (1.0, 1.2) and (2.0, 2.3), seeds 0 and 1 in each: the seed-1 offset is the mean
+    # difference 0.25; the residuals ±0.025 leave 4 squares of 0.000625 over 4 − 3 = 1 degree
+    # of freedom. Within cells (offset included): (0.02 + 0.045) / 2.
+    noise = estimate_noise(_table([1.0, 1.2, 2.0, 2.3], [0, 1, 0, 1], n=[1e6, 1e6, 2e6, 2e6]))
+    assert (noise.dof, noise.draw_effect_dof, noise.pooled_dof) == (1, 1, 2)
+    assert noise.sigma == pytest.approx(0.05, rel=1e-9)
+    assert noise.pooled_sigma == pytest.approx(np.sqrt(0.0325), rel=1e-12)
+    # F = (0.065 − 0.0025) / 0.0025 = 25 on (1, 1) degrees of freedom: p = 2/π·atan(1/5).
+    assert noise.draw_effect_p == pytest.approx(2 / np.pi * np.arctan(0.2), rel=1e-9)
+
+
+@pytest.mark.parametrize("offset", [0.0, 0.02])
+def test_an_offset_shared_by_the_runs_of_a_seed_is_not_counted_as_noise(offset):
+    """20 cells x 2 seeds, lognormal noise 0.005 and seed 1's losses raised by ``offset`` in
+    ln L in every cell (as a seed's share of a small corpus does): σ recovers the noise either
+    way (in ln L, where the model is exact); the pooled spread within cells carries the
+    offset."""
+    runs = replicated_runs(LAW, BUDGETS[:4], seeds=2, sizes_per_budget=5, noise=NOISE, seed=1)
+    frame = runs.frame.copy()
+    frame["loss"] = frame["loss"] * np.exp(offset * (frame["seed"] == 1))
+    noise = estimate_noise(runs.with_frame(frame))
+    assert (noise.n_groups, noise.dof, noise.draw_effect_dof) == (20, 19, 1)
+    assert noise.rel_sigma_ci.contains(NOISE)
+    if offset:
+        assert noise.draw_effect_p < 1e-6
+        assert noise.pooled_sigma > 2 * noise.sigma  # sqrt(σ² + offset²/2) ≈ 0.015
+    else:
+        assert noise.draw_effect_p > 0.01
+        assert noise.pooled_sigma == pytest.approx(noise.sigma, rel=0.3)
+
+
 def test_sigma_recovers_the_generating_noise(runs):
     noise = estimate_noise(runs)
-    assert (noise.n_groups, noise.dof) == (35, 70)  # 5 budgets x 7 sizes, 3 seeds each
+    # 5 budgets x 7 sizes, 3 seeds each: 70 degrees of freedom within cells, 2 to the offsets
+    assert (noise.n_groups, noise.dof, noise.pooled_dof) == (35, 68, 70)
     assert noise.rel_sigma == pytest.approx(NOISE, rel=0.25)
     mean_loss = float(np.mean([g.mean_loss for g in noise.groups]))
     assert noise.sigma == pytest.approx(NOISE * mean_loss, rel=0.25)

@@ -18,8 +18,8 @@ from analysis.checks.verdict import (
     interval_problem,
 )
 from analysis.fits.bootstrap import Bootstrap, Interval
-from analysis.fits.results import Estimate
 from analysis.fits.optimum import fit_lines, optimal_allocation
+from analysis.fits.results import Estimate
 from analysis.reporting.laws import headline_line, laws_section
 from analysis.runs.table import RunsTable, runs_from_arrays
 from analysis.schema import analysis_to_json

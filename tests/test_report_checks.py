@@ -52,11 +52,14 @@ def test_noise_section_quotes_sigma_and_the_residual_ratios(folder):
     md = (folder / "report.md").read_text()
     fit = json.loads((folder / "fit.json").read_text())
     noise = fit["noise"]
-    assert noise["status"] == "ok" and noise["n_groups"] == 24 and noise["dof"] == 24
+    # 24 cells x seeds 0 and 1: 24 degrees of freedom within cells, one to seed 1's offset
+    assert noise["status"] == "ok" and noise["n_groups"] == 24 and noise["dof"] == 23
+    assert noise["pooled_dof"] == 24 and noise["draw_effect_dof"] == 1
     section = _section(md, "Run-to-run noise")
     low, high = noise["sigma_ci"]
     assert f"σ = {fmt(noise['sigma'])} [{low:.4g}, {high:.4g}] nats/token" in section
-    assert "pooled over 24 replicate group(s) of 48 runs (24 degrees of freedom" in section
+    assert "from 24 replicate group(s) of 48 runs (23 degrees of freedom" in section
+    assert f"with them, the pooled spread within cells is {fmt(noise['pooled_sigma'])}" in section
     three = fit["residuals"][0]
     assert three["what"] == "Approach 3" and three["n_points"] == 24
     assert (f"| Approach 3 | 24 | 5 | {fmt(three['rms'])} | {fmt(three['expected_rms'])} | "

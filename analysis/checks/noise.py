@@ -10,6 +10,23 @@ with the exact 95% interval for normal errors, σ·sqrt(ν / χ²_ν(0.975)) to
 σ·sqrt(ν / χ²_ν(0.025)). ``rel_sigma`` is the same pooled estimate on ln L, i.e. σ/L to first
 order (the scale of Approach 3's residuals, which are fitted on log L).
 
+**A seed's offset is not noise of the fitted points.** Every run of one draw (seed) may share
+an offset: with `sampling: shuffled` a seed fixes one order of the training windows that all
+its runs read from their start, so on a small corpus a seed's share of the text suits the
+validation split better or worse (the CPU chinchilla study: seed 1 worse than seed 0 in 14 of
+20 cells, by 0.016 nats, p = 0.006; docs/recipes.md). Where the cells average the same seeds,
+that offset moves every fitted point alike, so it is no scatter a law should leave, yet the
+within-cell spread above counts it. So σ is estimated from the additive model
+
+    L_gi = μ_g + s_draw(i) + ε_gi   (a mean per cell, an offset per draw; least squares),
+
+σ² = RSS / ν with ν = runs − rank of the model, when the design separates some draw offset
+from the cells (a draw in two cells or more); otherwise it is the pooled σ above, which
+``pooled_sigma`` keeps in every case. ``draw_effect_p`` is the F test of the offsets (none:
+all zero). With no offsets in the data the two agree up to their degrees of freedom (the GPU
+study: 0.0195 against 0.0191). Cell means are not corrected for the offsets: in a design
+where cells average different seeds they still differ by them.
+
 The fits use it through ``collapse_replicates``: the runs of a group are averaged into one
 point (mean loss over seeds) before any fit, so a cell with 3 seeds counts once, not three
 times, and the bootstrap resamples cells, not seeds. The point keeps the run_id (and so
@@ -30,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy.stats import chi2
+from scipy.stats import f as f_dist
 
 from analysis.fits.bootstrap import LEVEL, Interval
 from analysis.fits.results import Skipped
@@ -118,9 +136,17 @@ class NoiseEstimate:
     sigma_ci: Interval
     """95% interval of σ from the χ² distribution with ν degrees of freedom."""
     rel_sigma: float
-    """Pooled within-group standard deviation of ln L (≈ σ/L)."""
+    """The same on ln L (≈ σ/L)."""
     rel_sigma_ci: Interval
     groups: tuple[NoiseGroup, ...]
+    pooled_sigma: float | None = None
+    """Pooled within-group standard deviation (nats/token), a draw's offset included; None:
+    the same as ``sigma`` (no draw offset could be separated)."""
+    pooled_dof: int | None = None
+    draw_effect_dof: int = 0
+    """Draw offsets the model separates from the cells (0: σ is the pooled estimate)."""
+    draw_effect_p: float | None = None
+    """F test of the draw offsets against none (None when ``draw_effect_dof`` is 0)."""
 
 
 def _chi2_interval(sd: float, dof: int, level: float = LEVEL) -> Interval:
@@ -155,12 +181,45 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
             run_ids=tuple(str(r) for r in frame["run_id"].iloc[rows]),
             mean_loss=float(values.mean()), std_loss=float(values.std(ddof=1)),
             data_seeds=tuple(int(s) for s in pairs[rows, 1])))
-    sigma = float(np.sqrt(sum_sq / dof))
-    rel = float(np.sqrt(sum_sq_log / dof))
+    n_runs = int(sum(g.size for g in groups))
+    pooled = float(np.sqrt(sum_sq / dof))
+    rows = np.concatenate(groups)
+    cell = np.repeat(np.arange(len(groups)), [g.size for g in groups])
+    two_way = _draw_model(loss[rows], cell, pairs[rows])
+    if two_way is None:  # no offset separable from the cells: the pooled estimate
+        rel = float(np.sqrt(sum_sq_log / dof))
+        return NoiseEstimate(
+            n_groups=len(groups), n_runs=n_runs, dof=dof, sigma=pooled,
+            sigma_ci=_chi2_interval(pooled, dof), rel_sigma=rel,
+            rel_sigma_ci=_chi2_interval(rel, dof), groups=tuple(out))
+    rss, dof2, effect_dof = two_way
+    log_rss = _draw_model(np.log(loss[rows]), cell, pairs[rows])[0]
+    sigma, rel = float(np.sqrt(rss / dof2)), float(np.sqrt(log_rss / dof2))
+    stat = ((sum_sq - rss) / effect_dof) / (rss / dof2) if rss > 0 else np.inf
     return NoiseEstimate(
-        n_groups=len(groups), n_runs=int(sum(g.size for g in groups)), dof=dof,
-        sigma=sigma, sigma_ci=_chi2_interval(sigma, dof), rel_sigma=rel,
-        rel_sigma_ci=_chi2_interval(rel, dof), groups=tuple(out))
+        n_groups=len(groups), n_runs=n_runs, dof=dof2, sigma=sigma,
+        sigma_ci=_chi2_interval(sigma, dof2), rel_sigma=rel,
+        rel_sigma_ci=_chi2_interval(rel, dof2), groups=tuple(out), pooled_sigma=pooled,
+        pooled_dof=dof, draw_effect_dof=effect_dof,
+        draw_effect_p=float(f_dist.sf(stat, effect_dof, dof2)))
+
+
+def _draw_model(values: np.ndarray, group: np.ndarray,
+                pairs: np.ndarray) -> tuple[float, int, int] | None:
+    """Least squares of values on a mean per group plus an offset per draw: (residual sum of
+    squares, its degrees of freedom, the offsets' degrees of freedom), or None when no draw
+    offset is separable from the groups or no degree of freedom would be left."""
+    draw = np.unique(pairs, axis=0, return_inverse=True)[1].ravel()
+    n_groups = int(group.max()) + 1
+    design = np.zeros((values.size, n_groups + int(draw.max()) + 1))
+    design[np.arange(values.size), group] = 1.0
+    design[np.arange(values.size), n_groups + draw] = 1.0
+    coef, _, rank, _ = np.linalg.lstsq(design, values, rcond=None)
+    effect_dof, dof = int(rank) - n_groups, values.size - int(rank)
+    if effect_dof <= 0 or dof <= 0:
+        return None
+    resid = values - design @ coef
+    return float(resid @ resid), dof, effect_dof
 
 
 NEAR_FACTOR = 2.0

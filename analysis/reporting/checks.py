@@ -39,7 +39,16 @@ def _with_ci(value: float | None, iv: Interval | None) -> str:
 def _noise_words(noise: NoiseEstimate, unit: str) -> str:
     return (f"σ = {fmt(noise.sigma)} {fmt_interval(noise.sigma_ci)} {unit} "
             f"({noise.rel_sigma:.2%} of the loss, 95% interval "
-            f"[{noise.rel_sigma_ci.low:.2%}, {noise.rel_sigma_ci.high:.2%}])")
+            f"[{noise.rel_sigma_ci.low:.2%}, {noise.rel_sigma_ci.high:.2%}])"
+            + _offset_words(noise))
+
+
+def _offset_words(noise: NoiseEstimate) -> str:
+    """How σ treats an offset shared by the runs of a seed (analysis.checks.noise)."""
+    if noise.draw_effect_dof == 0 or noise.pooled_sigma is None:
+        return ""
+    return (f", net of an offset per seed (F test of the offsets: p = {noise.draw_effect_p:.2g}; "
+            f"with them, the pooled spread within cells is {fmt(noise.pooled_sigma)})")
 
 
 # --------------------------------------------------------------------------- summary
@@ -92,9 +101,16 @@ def noise_section(result: Analysis) -> list[Block]:
     if isinstance(noise, NoiseEstimate):
         blocks.append(Paragraph(
             f"Runs identical except the seed give "
-            f"{_noise_words(noise, result.fitted_runs.loss_unit)}: pooled over "
+            f"{_noise_words(noise, result.fitted_runs.loss_unit)}: from "
             f"{noise.n_groups} replicate group(s) of {noise.n_runs} runs ({noise.dof} degrees "
-            "of freedom; the interval is the χ² interval of a standard deviation). Before any "
+            "of freedom; the interval is the χ² interval of a standard deviation). "
+            + ("" if noise.draw_effect_dof == 0 else
+               "Every run of a seed may share an offset (with shuffled windows a seed fixes "
+               "the order in which all its runs read the corpus); where the cells average the "
+               "same seeds it moves every fitted point alike, so σ is the residual of a model "
+               "with a mean per cell and an offset per seed, not the spread within cells "
+               "(analysis/checks/noise.py). ")
+            + "Before any "
             "fit, the seeds of a cell are averaged into one point, so the fits and their "
             f"bootstrap count cells, not seeds ({result.selection.n_averaged} runs merged)."))
         split = result.noise_split

@@ -113,7 +113,8 @@ def check_lines(result: Analysis) -> list[str]:
     lines = [] if isinstance(result.agreement, Skipped) else [
         f"Approach {r.first} - Approach {r.second}: a differs by {fmt(r.difference)} "
         f"{fmt_interval(r.difference_ci)} (paired bootstrap; "
-        f"{'agree: 0 inside' if r.agree else 'differ: 0 outside'})"
+        + (f"not judged: both fitted in {r.n_paired} of {r.n_draws} draws)" if r.agree is None
+           else f"{'agree: 0 inside' if r.agree else 'differ: 0 outside'})")
         for r in result.agreement]
     noise = result.noise
     lines += [f"Run-to-run noise: skipped: {noise.reason}" if isinstance(noise, Skipped) else

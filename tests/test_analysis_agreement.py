@@ -19,11 +19,15 @@ X = RNG.normal(0.5, 0.2, size=30)
 class Mean:
     """A picklable refit: the mean of the resample plus an offset; fails on some draws."""
 
-    def __init__(self, offset: float = 0.0, fail_when_first_is: int | None = None):
+    def __init__(self, offset: float = 0.0, fail_when_first_is: int | None = None,
+                 fail_when_first_below: int = 0):
         self.offset, self.fail_when_first_is = offset, fail_when_first_is
+        self.fail_when_first_below = fail_when_first_below
 
     def __call__(self, idx: np.ndarray) -> dict[str, float]:
         if self.fail_when_first_is is not None and idx[0] == self.fail_when_first_is:
+            raise FitError("unlucky draw")
+        if idx[0] < self.fail_when_first_below:
             raise FitError("unlucky draw")
         return {"a": float(X[idx].mean()) + self.offset}
 
@@ -74,3 +78,17 @@ def test_compare_approaches_reads_agreement_overlap_and_containment():
     assert (row.first, row.second) == ("1", "2")
     assert not row.agree and not row.overlap and not row.each_inside_other
     assert isinstance(compare_approaches({"2": far["2"], "3": far["3"]}), Skipped)
+
+
+def test_a_pair_fitted_together_in_at_most_half_of_the_draws_is_not_judged():
+    # Approach 2 fails whenever a draw starts with one of the first 20 of 30 points (~2/3).
+    mostly_failing = {"1": Estimate(None, {"a": 0.5}, _boot(Mean())),
+                      "2": Estimate(None, {"a": 0.5}, _boot(Mean(fail_when_first_below=20)))}
+    (row,) = compare_approaches(mostly_failing)
+    assert row.n_draws == 300 and row.n_paired <= 150
+    assert row.agree is None and not row.judged
+    assert row.to_json_dict()["agree"] is None
+    (row,) = compare_approaches({**mostly_failing,
+                                 "2": Estimate(None, {"a": 0.5},
+                                               _boot(Mean(fail_when_first_below=5)))})
+    assert row.n_paired > 150 and row.agree is True

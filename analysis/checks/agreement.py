@@ -10,6 +10,11 @@ independent estimates, intervals that overlap can still differ significantly, an
 each to contain the other's estimate is stricter than the test; for two fits of the same
 runs, whose errors are correlated, even that can pass while a constant offset is
 significant. The report shows all three readings, so none is hidden behind another.
+
+Where the two approaches were both fitted in at most half of the draws (``MAX_FAILED_FRACTION``
+of analysis.checks.verdict), the difference's interval describes that minority of resamples,
+not the estimates' spread, and the pair is not judged (``agree`` None), as a single interval
+is not compared with a documented value then.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.checks.verdict import MAX_FAILED_FRACTION
 from analysis.fits.bootstrap import LEVEL, Bootstrap, Interval
 from analysis.fits.results import Estimate, Skipped
 
@@ -44,15 +50,22 @@ class Agreement:
     """95% percentile interval of first − second over the draws both could fit."""
     n_paired: int
     """Draws that both approaches fitted (the difference's sample)."""
+    n_draws: int = 0
+    """Draws of the bootstrap (0: unknown, the pair is judged)."""
 
     @property
     def difference(self) -> float:
         return self.first_value - self.second_value
 
     @property
-    def agree(self) -> bool:
-        """The paired difference's 95% interval contains 0."""
-        return self.difference_ci.contains(0.0)
+    def judged(self) -> bool:
+        """More than half of the draws were fitted by both (module docstring)."""
+        return self.n_paired > (1.0 - MAX_FAILED_FRACTION) * self.n_draws
+
+    @property
+    def agree(self) -> bool | None:
+        """The paired difference's 95% interval contains 0 (None: not judged)."""
+        return self.difference_ci.contains(0.0) if self.judged else None
 
     @property
     def overlap(self) -> bool:
@@ -69,7 +82,8 @@ class Agreement:
                 "first_value": self.first_value, "second_value": self.second_value,
                 "first_ci": self.first_ci.as_list(), "second_ci": self.second_ci.as_list(),
                 "difference": self.difference, "difference_ci": self.difference_ci.as_list(),
-                "n_paired": self.n_paired, "agree": self.agree, "overlap": self.overlap,
+                "n_paired": self.n_paired, "n_draws": self.n_draws, "agree": self.agree,
+                "overlap": self.overlap,
                 "each_inside_other": self.each_inside_other}
 
 
@@ -117,5 +131,5 @@ def compare_approaches(estimates: Mapping[str, Estimate | Skipped],
             second_value=float(second.point[quantity]),
             first_ci=first.bootstrap.interval(quantity),
             second_ci=second.bootstrap.interval(quantity),
-            difference_ci=diff_ci, n_paired=n_paired))
+            difference_ci=diff_ci, n_paired=n_paired, n_draws=first.bootstrap.n_resamples))
     return tuple(rows)

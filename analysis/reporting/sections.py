@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.analyze import Analysis, Estimate, Skipped
+from analysis.checks.agreement import Agreement
 from analysis.checks.extrapolation import ExtrapolationCheck
 from analysis.checks.verdict import MAX_FAILED_FRACTION, interval_problem
 from analysis.fits.approach2 import BudgetMinimum, budget_minimum
@@ -83,6 +84,12 @@ def fitted(result: Analysis) -> list[tuple[str, Estimate]]:
 # --------------------------------------------------------------------------- summary
 
 
+def _agreement_word(row: Agreement) -> str:
+    if row.agree is None:
+        return f"not judged (both fitted in {row.n_paired} of {row.n_draws} draws)"
+    return "agree" if row.agree else "differ"
+
+
 def _few_resamples(est: Estimate) -> str:
     """A warning when most bootstrap resamples could not be fitted."""
     b = est.bootstrap
@@ -98,7 +105,7 @@ def summary_lines(result: Analysis) -> list[str]:
     if not isinstance(result.agreement, Skipped):
         pairs = "; ".join(
             f"{r.first} − {r.second}: {fmt(r.difference)} {fmt_interval(r.difference_ci)}, "
-            + ("agree" if r.agree else "differ") for r in result.agreement)
+            + _agreement_word(r) for r in result.agreement)
         checks.insert(0, f"**Do the approaches agree on a?** Paired bootstrap difference "
                          f"(agree: 0 inside its 95% interval): {pairs}.")
     noise = noise_summary(result)
@@ -268,13 +275,16 @@ def agreement_blocks(result: Analysis) -> list[Block]:
          "each estimate inside the other's interval?"),
         tuple((f"{r.first} − {r.second}",
                f"{fmt(r.difference)} {fmt_interval(r.difference_ci)}",
-               fmt(r.agree), fmt(r.overlap), fmt(r.each_inside_other)) for r in rows))
+               fmt(r.agree) if r.agree is not None else
+               f"not judged ({r.n_paired} of {r.n_draws} draws)",
+               fmt(r.overlap), fmt(r.each_inside_other)) for r in rows))
     return [Paragraph(
         "**Do the approaches agree on a?** Each pair's difference with its 95% interval over "
         "the same bootstrap draws (every approach refits the same resample in draw k), so "
         "the interval is that of the difference itself; they agree when it contains 0. The "
         "last two columns are the looser and the stricter reading of two separate "
-        "intervals (analysis/checks/agreement.py)."), table]
+        "intervals (analysis/checks/agreement.py). A pair that both approaches fitted in at "
+        "most half of the draws is not judged: its interval describes that minority."), table]
 
 
 KAPLAN_ROWS = (("alpha_N", "α_N of L(N)", 0.076), ("alpha_D", "α_D of L(D)", 0.095),

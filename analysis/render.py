@@ -120,9 +120,9 @@ def check_lines(result: Analysis) -> list[str]:
     lines += [f"Run-to-run noise: skipped: {noise.reason}" if isinstance(noise, Skipped) else
              f"Run-to-run noise: sigma = {fmt(noise.sigma)} {fmt_interval(noise.sigma_ci)} "
              f"({noise.n_groups} replicate groups, {noise.dof} degrees of freedom"
-             + ("" if noise.draw_effect_dof == 0 else
+             + ("" if not noise.balanced else
                 f"; net of an offset per seed, F test p = {noise.draw_effect_p:.2g}, "
-                f"pooled within cells {fmt(noise.pooled_sigma)}") + ")"]
+                f"within cells {fmt(noise.pooled_sigma)}") + ")"]
     lines += [f"  residual RMS {r.what}: {fmt(r.rms)} (ratio to noise {fmt(r.ratio)})"
               for r in result.residuals]
     holdout = result.holdout

@@ -50,7 +50,8 @@ def test_pooled_sigma_and_its_chi2_interval_by_hand():
                   n=[1e6, 1e6, 2e6, 2e6, 2e6])
     noise = estimate_noise(runs)
     assert (noise.n_groups, noise.n_runs, noise.dof) == (2, 5, 3)
-    assert (noise.draw_effect_dof, noise.draw_effect_p, noise.pooled_sigma) == (0, None, None)
+    assert (noise.draw_effect_dof, noise.draw_effect_p, noise.net_sigma) == (0, None, None)
+    assert noise.pooled_sigma == noise.sigma and not noise.balanced
     assert noise.sigma == pytest.approx(np.sqrt(0.04 / 3), rel=1e-12)
     # chi2(3): 2.5% point 0.2158, 97.5% point 9.348.
     assert noise.sigma_ci.low == pytest.approx(noise.sigma * np.sqrt(3 / 9.3484), rel=1e-4)
@@ -63,11 +64,17 @@ def test_sigma_net_of_seed_offsets_by_hand():
     # difference 0.25; the residuals ±0.025 leave 4 squares of 0.000625 over 4 − 3 = 1 degree
     # of freedom. Within cells (offset included): (0.02 + 0.045) / 2.
     noise = estimate_noise(_table([1.0, 1.2, 2.0, 2.3], [0, 1, 0, 1], n=[1e6, 1e6, 2e6, 2e6]))
-    assert (noise.dof, noise.draw_effect_dof, noise.pooled_dof) == (1, 1, 2)
-    assert noise.sigma == pytest.approx(0.05, rel=1e-9)
+    assert noise.balanced and (noise.dof, noise.draw_effect_dof, noise.pooled_dof) == (1, 1, 2)
+    assert noise.sigma == noise.net_sigma == pytest.approx(0.05, rel=1e-9)
     assert noise.pooled_sigma == pytest.approx(np.sqrt(0.0325), rel=1e-12)
     # F = (0.065 − 0.0025) / 0.0025 = 25 on (1, 1) degrees of freedom: p = 2/π·atan(1/5).
     assert noise.draw_effect_p == pytest.approx(2 / np.pi * np.arctan(0.2), rel=1e-9)
+    # A third cell trained under seed 0 only: the fitted points no longer average the same
+    # seeds (two carry half of seed 1's offset, one none), so σ keeps the offsets.
+    uneven = estimate_noise(_table([1.0, 1.2, 2.0, 2.3, 3.0], [0, 1, 0, 1, 0],
+                                   n=[1e6, 1e6, 2e6, 2e6, 4e6]))
+    assert not uneven.balanced and uneven.net_sigma == pytest.approx(0.05, rel=1e-9)
+    assert uneven.sigma == uneven.pooled_sigma and uneven.dof == 2
 
 
 @pytest.mark.parametrize("offset", [0.0, 0.02])
@@ -80,7 +87,7 @@ def test_an_offset_shared_by_the_runs_of_a_seed_is_not_counted_as_noise(offset):
     frame = runs.frame.copy()
     frame["loss"] = frame["loss"] * np.exp(offset * (frame["seed"] == 1))
     noise = estimate_noise(runs.with_frame(frame))
-    assert (noise.n_groups, noise.dof, noise.draw_effect_dof) == (20, 19, 1)
+    assert (noise.n_groups, noise.dof, noise.draw_effect_dof, noise.balanced) == (20, 19, 1, True)
     assert noise.rel_sigma_ci.contains(NOISE)
     if offset:
         assert noise.draw_effect_p < 1e-6

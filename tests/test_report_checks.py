@@ -54,12 +54,12 @@ def test_noise_section_quotes_sigma_and_the_residual_ratios(folder):
     noise = fit["noise"]
     # 24 cells x seeds 0 and 1: 24 degrees of freedom within cells, one to seed 1's offset
     assert noise["status"] == "ok" and noise["n_groups"] == 24 and noise["dof"] == 23
-    assert noise["pooled_dof"] == 24 and noise["draw_effect_dof"] == 1
+    assert noise["pooled_dof"] == 24 and noise["draw_effect_dof"] == 1 and noise["balanced"]
     section = _section(md, "Run-to-run noise")
     low, high = noise["sigma_ci"]
     assert f"σ = {fmt(noise['sigma'])} [{low:.4g}, {high:.4g}] nats/token" in section
     assert "from 24 replicate group(s) of 48 runs (23 degrees of freedom" in section
-    assert f"with them, the pooled spread within cells is {fmt(noise['pooled_sigma'])}" in section
+    assert f"within cells, offsets included: {fmt(noise['pooled_sigma'])}" in section
     three = fit["residuals"][0]
     assert three["what"] == "Approach 3" and three["n_points"] == 24
     assert (f"| Approach 3 | 24 | 5 | {fmt(three['rms'])} | {fmt(three['expected_rms'])} | "

@@ -14,30 +14,18 @@ order (the scale of Approach 3's residuals, which are fitted on log L).
 an offset: with `sampling: shuffled` a seed fixes one order of the training windows that all
 its runs read from their start, so on a small corpus a seed's share of the text suits the
 validation split better or worse (the CPU chinchilla study: seed 1 worse than seed 0 in 14 of
-20 cells, by 0.016 nats, p = 0.006; docs/recipes.md). Where the cells average the same seeds,
-that offset moves every fitted point alike, so it is no scatter a law should leave, yet the
-within-cell spread above counts it. So σ is estimated from the additive model
+20 cells, by 0.016 nats, p = 0.006; docs/recipes.md). The model
 
-    L_gi = μ_g + s_draw(i) + ε_gi   (a mean per cell, an offset per draw; least squares),
+    L_gi = μ_g + s_draw(i) + ε_gi   (a mean per cell, an offset per draw; least squares)
 
-σ² = RSS / ν with ν = runs − rank of the model, when the design separates some draw offset
-from the cells (a draw in two cells or more); otherwise it is the pooled σ above, which
-``pooled_sigma`` keeps in every case. ``draw_effect_p`` is the F test of the offsets (none:
-all zero). With no offsets in the data the two agree up to their degrees of freedom (the GPU
-study: 0.0195 against 0.0191). Cell means are not corrected for the offsets: in a design
-where cells average different seeds they still differ by them.
-
-The fits use it through ``collapse_replicates``: the runs of a group are averaged into one
-point (mean loss over seeds) before any fit, so a cell with 3 seeds counts once, not three
-times, and the bootstrap resamples cells, not seeds. The point keeps the run_id (and so
-the training curve, for Approach 1) of its lowest seed, and records ``n_seeds`` and
-``loss_std``: a point that averages n seeds has noise σ/√n (see ``analysis.checks.residuals``).
-
-A run's draw is its pair (``seed``, ``data_seed``): with ``train.data_seed`` two runs of one
-seed on other batches are two replicates (pipeline.spec; ``data_seed`` is the seed where a
-sweep did not set it). Rows that share a cell *and* a draw are not replicates (e.g. published
-data without a seed column, where every row has seed 0): they are neither averaged nor used
-for σ.
+separates the offsets wherever a draw is in two replicate groups or more: ``net_sigma`` =
+sqrt(RSS / ν), ν = runs − its rank, and ``draw_effect_p`` is the F test of the offsets against
+none. Where every fitted point averages the same draws (a *balanced* design: each cell trained
+under the same seeds), an offset moves all of them alike, so it is no scatter a law should
+leave: σ is then ``net_sigma``. Otherwise (some cells average other seeds than others, e.g. a
+second seed at one budget only) the fitted points differ by the offsets too, and σ stays the
+within-cell spread ``pooled_sigma``, which counts them. Without offsets the two agree up to a
+degree of freedom (the GPU study: 0.0195 against 0.0191).
 """
 
 from __future__ import annotations
@@ -140,11 +128,15 @@ class NoiseEstimate:
     rel_sigma_ci: Interval
     groups: tuple[NoiseGroup, ...]
     pooled_sigma: float | None = None
-    """Pooled within-group standard deviation (nats/token), a draw's offset included; None:
-    the same as ``sigma`` (no draw offset could be separated)."""
+    """Pooled within-group standard deviation (nats/token), a draw's offset included."""
     pooled_dof: int | None = None
+    net_sigma: float | None = None
+    """Standard deviation net of an offset per draw (None: no offset separable)."""
+    net_dof: int | None = None
+    balanced: bool = False
+    """Every fitted point averages the same draws: σ is then ``net_sigma`` (module docstring)."""
     draw_effect_dof: int = 0
-    """Draw offsets the model separates from the cells (0: σ is the pooled estimate)."""
+    """Draw offsets the model separates from the cells (0: none)."""
     draw_effect_p: float | None = None
     """F test of the draw offsets against none (None when ``draw_effect_dof`` is 0)."""
 
@@ -182,26 +174,36 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
             mean_loss=float(values.mean()), std_loss=float(values.std(ddof=1)),
             data_seeds=tuple(int(s) for s in pairs[rows, 1])))
     n_runs = int(sum(g.size for g in groups))
-    pooled = float(np.sqrt(sum_sq / dof))
+    pooled, pooled_rel = float(np.sqrt(sum_sq / dof)), float(np.sqrt(sum_sq_log / dof))
     rows = np.concatenate(groups)
     cell = np.repeat(np.arange(len(groups)), [g.size for g in groups])
     two_way = _draw_model(loss[rows], cell, pairs[rows])
-    if two_way is None:  # no offset separable from the cells: the pooled estimate
-        rel = float(np.sqrt(sum_sq_log / dof))
-        return NoiseEstimate(
-            n_groups=len(groups), n_runs=n_runs, dof=dof, sigma=pooled,
-            sigma_ci=_chi2_interval(pooled, dof), rel_sigma=rel,
-            rel_sigma_ci=_chi2_interval(rel, dof), groups=tuple(out))
-    rss, dof2, effect_dof = two_way
-    log_rss = _draw_model(np.log(loss[rows]), cell, pairs[rows])[0]
-    sigma, rel = float(np.sqrt(rss / dof2)), float(np.sqrt(log_rss / dof2))
-    stat = ((sum_sq - rss) / effect_dof) / (rss / dof2) if rss > 0 else np.inf
-    return NoiseEstimate(
-        n_groups=len(groups), n_runs=n_runs, dof=dof2, sigma=sigma,
-        sigma_ci=_chi2_interval(sigma, dof2), rel_sigma=rel,
-        rel_sigma_ci=_chi2_interval(rel, dof2), groups=tuple(out), pooled_sigma=pooled,
-        pooled_dof=dof, draw_effect_dof=effect_dof,
-        draw_effect_p=float(f_dist.sf(stat, effect_dof, dof2)))
+    common = dict(n_groups=len(groups), n_runs=n_runs, groups=tuple(out), pooled_sigma=pooled,
+                  pooled_dof=dof)
+    if two_way is None:  # no offset separable from the cells
+        return NoiseEstimate(dof=dof, sigma=pooled, sigma_ci=_chi2_interval(pooled, dof),
+                             rel_sigma=pooled_rel, rel_sigma_ci=_chi2_interval(pooled_rel, dof),
+                             **common)
+    rss, net_dof, effect_dof = two_way
+    net = float(np.sqrt(rss / net_dof))
+    stat = ((sum_sq - rss) / effect_dof) / (rss / net_dof) if rss > 0 else np.inf
+    offsets = dict(net_sigma=net, net_dof=net_dof, draw_effect_dof=effect_dof,
+                   draw_effect_p=float(f_dist.sf(stat, effect_dof, net_dof)))
+    if not _balanced(runs, pairs):  # the fitted points differ by the offsets: keep them
+        return NoiseEstimate(dof=dof, sigma=pooled, sigma_ci=_chi2_interval(pooled, dof),
+                             rel_sigma=pooled_rel, rel_sigma_ci=_chi2_interval(pooled_rel, dof),
+                             **common, **offsets)
+    rel = float(np.sqrt(_draw_model(np.log(loss[rows]), cell, pairs[rows])[0] / net_dof))
+    return NoiseEstimate(dof=net_dof, sigma=net, sigma_ci=_chi2_interval(net, net_dof),
+                         rel_sigma=rel, rel_sigma_ci=_chi2_interval(rel, net_dof),
+                         balanced=True, **common, **offsets)
+
+
+def _balanced(runs: RunsTable, pairs: np.ndarray) -> bool:
+    """Every cell of ``runs`` (replicated or not) was trained under the same set of draws."""
+    keys = cell_keys(runs).reset_index(drop=True)
+    sets = {frozenset(map(tuple, pairs[rows])) for rows in keys.groupby(keys).indices.values()}
+    return len(sets) == 1
 
 
 def _draw_model(values: np.ndarray, group: np.ndarray,

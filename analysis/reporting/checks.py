@@ -45,10 +45,14 @@ def _noise_words(noise: NoiseEstimate, unit: str) -> str:
 
 def _offset_words(noise: NoiseEstimate) -> str:
     """How σ treats an offset shared by the runs of a seed (analysis.checks.noise)."""
-    if noise.draw_effect_dof == 0 or noise.pooled_sigma is None:
+    if noise.draw_effect_dof == 0 or noise.net_sigma is None:
         return ""
-    return (f", net of an offset per seed (F test of the offsets: p = {noise.draw_effect_p:.2g}; "
-            f"with them, the pooled spread within cells is {fmt(noise.pooled_sigma)})")
+    test = f"F test of a per-seed offset: p = {noise.draw_effect_p:.2g}"
+    if noise.balanced:
+        return (f", net of an offset per seed ({test}; within cells, offsets included: "
+                f"{fmt(noise.pooled_sigma)})")
+    return (f", within cells, offsets included, as the fitted points average different seeds "
+            f"({test}; net of them: {fmt(noise.net_sigma)})")
 
 
 # --------------------------------------------------------------------------- summary
@@ -106,10 +110,14 @@ def noise_section(result: Analysis) -> list[Block]:
             "of freedom; the interval is the χ² interval of a standard deviation). "
             + ("" if noise.draw_effect_dof == 0 else
                "Every run of a seed may share an offset (with shuffled windows a seed fixes "
-               "the order in which all its runs read the corpus); where the cells average the "
-               "same seeds it moves every fitted point alike, so σ is the residual of a model "
-               "with a mean per cell and an offset per seed, not the spread within cells "
-               "(analysis/checks/noise.py). ")
+               "the order in which all its runs read the corpus). Where every cell averages "
+               "the same seeds, as here, it moves every fitted point alike, so σ is the "
+               "residual of a model with a mean per cell and an offset per seed, not the "
+               "spread within cells (analysis/checks/noise.py). " if noise.balanced else
+               "Every run of a seed may share an offset (with shuffled windows a seed fixes "
+               "the order in which all its runs read the corpus). Here the cells average "
+               "different seeds, so the fitted points differ by the offsets too and σ keeps "
+               "them: it is the spread within cells (analysis/checks/noise.py). ")
             + "Before any "
             "fit, the seeds of a cell are averaged into one point, so the fits and their "
             f"bootstrap count cells, not seeds ({result.selection.n_averaged} runs merged)."))

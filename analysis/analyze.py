@@ -158,6 +158,9 @@ def analyze(
     all_runs, runs = runs, selection.fitted  # every fit below reads the selected points
     noise = estimate_noise(selection.replicates)
     sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None
+    # A WSD branch and its cosine run may average other seeds than each other: their difference
+    # keeps the seeds' offsets, so it is judged against the spread within cells.
+    spread = noise.pooled_sigma if isinstance(noise, NoiseEstimate) else None
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
     with single_threaded_blas(), worker_pool(n_jobs):  # one pool of workers for every fit
         fitted_curves = collapse_curves(selection.replicates, curves)  # seeds averaged
@@ -182,7 +185,7 @@ def analyze(
         comparison=compare_documented(fits, ref, verdict),
         selection=selection, noise=noise, residuals=residuals,
         holdout=check_holdout(selection.holdout, a3, a2),
-        convention_refits=refits, schedules=compare_schedules(all_runs, sigma),
+        convention_refits=refits, schedules=compare_schedules(all_runs, spread),
         extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
         noise_propagation=_propagation(runs, sigma, a2, ref, bootstrap, seed),
         agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in PAIRS}),

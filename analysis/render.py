@@ -52,7 +52,7 @@ def flagged_table(fit: Approach2Fit) -> Table | None:
 def comparison_table(result: Analysis) -> Table:
     table = Table(title="Documented results vs ours", title_justify="left")
     for col in ("source", "quantity", "approach", "documented", "ours", "95% interval",
-                "inside?"):
+                "inside?", "consistent?"):
         table.add_column(col)
     missing = 0
     for row in result.comparison:
@@ -60,7 +60,8 @@ def comparison_table(result: Analysis) -> Table:
             missing += 1
             continue
         table.add_row(row.source, row.quantity, row.approach, fmt(row.documented),
-                      fmt(row.estimate), fmt_interval(row.ci95), fmt(row.inside))
+                      fmt(row.estimate), fmt_interval(row.ci95), fmt(row.inside),
+                      fmt(row.consistent))
     if missing:
         table.caption = f"{missing} documented value(s) not compared: their fit was skipped"
     return table

@@ -70,6 +70,7 @@ def noise_to_json(noise: NoiseEstimate | Skipped) -> dict[str, Any]:
             "dof": noise.dof, "sigma": noise.sigma, "sigma_ci": noise.sigma_ci.as_list(),
             "rel_sigma": noise.rel_sigma, "rel_sigma_ci": noise.rel_sigma_ci.as_list(),
             "pooled_sigma": noise.pooled_sigma, "pooled_dof": noise.pooled_dof,
+            "pooled_rel_sigma": noise.pooled_rel_sigma,
             "net_sigma": noise.net_sigma, "net_dof": noise.net_dof, "balanced": noise.balanced,
             "draw_effect_dof": noise.draw_effect_dof, "draw_effect_p": noise.draw_effect_p,
             "groups": [dict(g.__dict__) for g in noise.groups]}

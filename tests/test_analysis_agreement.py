@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.checks.agreement import compare_approaches, paired_difference
+from analysis.checks.agreement import Agreement, compare_approaches, paired_difference
 from analysis.errors import FitError
-from analysis.fits.bootstrap import Bootstrap, run_bootstrap
+from analysis.fits.bootstrap import Bootstrap, Interval, run_bootstrap
 from analysis.fits.results import Estimate, Skipped
 
 RNG = np.random.default_rng(5)
@@ -85,10 +85,17 @@ def test_a_pair_fitted_together_in_at_most_half_of_the_draws_is_not_judged():
     mostly_failing = {"1": Estimate(None, {"a": 0.5}, _boot(Mean())),
                       "2": Estimate(None, {"a": 0.5}, _boot(Mean(fail_when_first_below=20)))}
     (row,) = compare_approaches(mostly_failing)
-    assert row.n_draws == 300 and row.n_paired <= 150
+    assert row.n_draws == 300 and row.n_paired < 150
     assert row.agree is None and not row.judged
     assert row.to_json_dict()["agree"] is None
     (row,) = compare_approaches({**mostly_failing,
                                  "2": Estimate(None, {"a": 0.5},
                                                _boot(Mean(fail_when_first_below=5)))})
     assert row.n_paired > 150 and row.agree is True
+
+
+@pytest.mark.parametrize(("paired", "judged"), [(500, True), (499, False)])
+def test_half_of_the_draws_is_enough_as_for_a_single_interval(paired, judged):
+    iv = Interval(-0.1, 0.1)
+    row = Agreement("1", "2", "a", 0.5, 0.5, iv, iv, iv, n_paired=paired, n_draws=1000)
+    assert row.judged is judged and (row.agree is None) is (not judged)

@@ -75,6 +75,12 @@ def test_sigma_net_of_seed_offsets_by_hand():
                                    n=[1e6, 1e6, 2e6, 2e6, 4e6]))
     assert not uneven.balanced and uneven.net_sigma == pytest.approx(0.05, rel=1e-9)
     assert uneven.sigma == uneven.pooled_sigma and uneven.dof == 2
+    # A cell whose seed repeats (0, 0, 1) is no replicate group: its runs are three points of
+    # one draw each, so the points do not average the same seeds either.
+    repeated = estimate_noise(_table([1.0, 1.2, 2.0, 2.3, 3.0, 3.05, 3.3], [0, 1, 0, 1, 0, 0, 1],
+                                     n=[1e6, 1e6, 2e6, 2e6, 4e6, 4e6, 4e6]))
+    assert repeated.n_groups == 2 and not repeated.balanced
+    assert repeated.sigma == repeated.pooled_sigma
 
 
 @pytest.mark.parametrize("offset", [0.0, 0.02])

@@ -104,6 +104,10 @@ def test_an_interval_from_a_minority_of_resamples_or_without_its_estimate_is_not
     why = interval_problem(_estimate(0.7, samples, 0), "a")
     assert why is not None and "excludes its own estimate 0.7" in why
     assert interval_problem(_estimate(0.5, samples, 0), "b") is None  # no such statistic
+    # Fitted, but the statistic is infinite in most of them (e.g. an allocation at infinity)
+    mostly_inf = np.where(np.arange(100) < 60, np.inf, samples)
+    why = interval_problem(_estimate(0.5, mostly_inf, 0), "a")
+    assert why is not None and "only 40 of 100 bootstrap resamples gave a finite a" in why
     assert interval_problem(Estimate(fit=None, point={"a": 0.5}), "a") is None  # no bootstrap
 
 

@@ -11,7 +11,7 @@ each to contain the other's estimate is stricter than the test; for two fits of 
 runs, whose errors are correlated, even that can pass while a constant offset is
 significant. The report shows all three readings, so none is hidden behind another.
 
-Where the two approaches were both fitted in at most half of the draws (``MAX_FAILED_FRACTION``
+Where the two approaches were both fitted in fewer than half of the draws (``MAX_FAILED_FRACTION``
 of analysis.checks.verdict), the difference's interval describes that minority of resamples,
 not the estimates' spread, and the pair is not judged (``agree`` None), as a single interval
 is not compared with a documented value then.
@@ -59,8 +59,8 @@ class Agreement:
 
     @property
     def judged(self) -> bool:
-        """More than half of the draws were fitted by both (module docstring)."""
-        return self.n_paired > (1.0 - MAX_FAILED_FRACTION) * self.n_draws
+        """At least half of the draws were fitted by both (module docstring)."""
+        return self.n_paired >= (1.0 - MAX_FAILED_FRACTION) * self.n_draws
 
     @property
     def agree(self) -> bool | None:

@@ -2,7 +2,8 @@
 
 Why: a scaling law can only be judged against how much a run's final loss moves when
 nothing but the seed changes. Runs that are identical except the seed (same ``CELL_COLUMNS``)
-form a *replicate group*; the pooled within-group standard deviation is the noise σ:
+form a *replicate group*; their pooled within-group standard deviation (``pooled_sigma``) is
+the noise σ, except in a balanced design (below, where σ is net of a seed's offset):
 
     σ² = Σ_g Σ_i (L_gi − L̄_g)² / ν,   ν = Σ_g (n_g − 1) degrees of freedom,
 
@@ -118,9 +119,11 @@ class NoiseEstimate:
     n_runs: int
     """Runs in replicate groups."""
     dof: int
-    """Degrees of freedom ν = Σ (n_g − 1)."""
+    """Degrees of freedom of σ: ν = Σ (n_g − 1), or runs − rank of the offset model where σ
+    is ``net_sigma``."""
     sigma: float
-    """Pooled within-group standard deviation of the final loss (nats/token)."""
+    """One run's noise in its final loss (nats/token): ``net_sigma`` in a balanced design,
+    else the pooled within-group standard deviation (module docstring)."""
     sigma_ci: Interval
     """95% interval of σ from the χ² distribution with ν degrees of freedom."""
     rel_sigma: float
@@ -130,6 +133,9 @@ class NoiseEstimate:
     pooled_sigma: float | None = None
     """Pooled within-group standard deviation (nats/token), a draw's offset included."""
     pooled_dof: int | None = None
+    pooled_rel_sigma: float | None = None
+    """The within-cell spread on ln L: one run's scatter about its cell's seed average, its
+    seed's offset included (the scale of a single held-out run's miss)."""
     net_sigma: float | None = None
     """Standard deviation net of an offset per draw (None: no offset separable)."""
     net_dof: int | None = None
@@ -179,17 +185,17 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
     cell = np.repeat(np.arange(len(groups)), [g.size for g in groups])
     two_way = _draw_model(loss[rows], cell, pairs[rows])
     common = dict(n_groups=len(groups), n_runs=n_runs, groups=tuple(out), pooled_sigma=pooled,
-                  pooled_dof=dof)
+                  pooled_dof=dof, pooled_rel_sigma=pooled_rel)
     if two_way is None:  # no offset separable from the cells
         return NoiseEstimate(dof=dof, sigma=pooled, sigma_ci=_chi2_interval(pooled, dof),
                              rel_sigma=pooled_rel, rel_sigma_ci=_chi2_interval(pooled_rel, dof),
                              **common)
     rss, net_dof, effect_dof = two_way
     net = float(np.sqrt(rss / net_dof))
-    stat = ((sum_sq - rss) / effect_dof) / (rss / net_dof) if rss > 0 else np.inf
+    stat = ((sum_sq - rss) / effect_dof) / (rss / net_dof)
     offsets = dict(net_sigma=net, net_dof=net_dof, draw_effect_dof=effect_dof,
                    draw_effect_p=float(f_dist.sf(stat, effect_dof, net_dof)))
-    if not _balanced(runs, pairs):  # the fitted points differ by the offsets: keep them
+    if not _balanced(runs, pairs, groups):  # the fitted points differ by the offsets
         return NoiseEstimate(dof=dof, sigma=pooled, sigma_ci=_chi2_interval(pooled, dof),
                              rel_sigma=pooled_rel, rel_sigma_ci=_chi2_interval(pooled_rel, dof),
                              **common, **offsets)
@@ -199,10 +205,15 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
                          balanced=True, **common, **offsets)
 
 
-def _balanced(runs: RunsTable, pairs: np.ndarray) -> bool:
-    """Every cell of ``runs`` (replicated or not) was trained under the same set of draws."""
-    keys = cell_keys(runs).reset_index(drop=True)
-    sets = {frozenset(map(tuple, pairs[rows])) for rows in keys.groupby(keys).indices.values()}
+def _balanced(runs: RunsTable, pairs: np.ndarray, groups: list[np.ndarray]) -> bool:
+    """Every fitted point averages the same draws: each replicate group's, and each run outside
+    one (a point of its own: collapse_replicates), give one and the same set of draws."""
+    grouped = np.zeros(len(pairs), dtype=bool)
+    sets = set()
+    for rows in groups:
+        grouped[rows] = True
+        sets.add(frozenset(map(tuple, pairs[rows])))
+    sets |= {frozenset([tuple(pair)]) for pair in pairs[~grouped]}
     return len(sets) == 1
 
 
@@ -221,7 +232,11 @@ def _draw_model(values: np.ndarray, group: np.ndarray,
     if effect_dof <= 0 or dof <= 0:
         return None
     resid = values - design @ coef
-    return float(resid @ resid), dof, effect_dof
+    rss = float(resid @ resid)
+    within = values - np.bincount(group, values)[group] / np.bincount(group)[group]
+    if rss <= 1e-12 * float(within @ within):  # the offsets explain every difference:
+        return None                            # no noise left to estimate (rounding only)
+    return rss, dof, effect_dof
 
 
 NEAR_FACTOR = 2.0

@@ -74,9 +74,12 @@ def interval_problem(est: Estimate, name: str) -> str | None:
     boot = est.bootstrap
     if boot is None or name not in boot.samples:
         return None
-    if boot.n_failed > MAX_FAILED_FRACTION * boot.n_resamples:
-        return (f"only {boot.n_resamples - boot.n_failed} of {boot.n_resamples} bootstrap "
-                "resamples could be fitted, so its interval is conditional on them")
+    fitted = boot.n_resamples - boot.n_failed
+    finite = int(np.isfinite(np.asarray(boot.samples[name], dtype=float)).sum())
+    if finite < (1.0 - MAX_FAILED_FRACTION) * boot.n_resamples:
+        what = "could be fitted" if finite == fitted else f"gave a finite {name}"
+        return (f"only {finite} of {boot.n_resamples} bootstrap resamples {what}, so its "
+                "interval is conditional on them")
     iv, point = boot.interval(name), est.point.get(name)
     if point is not None and np.isfinite(point) and not iv.contains(point):
         return f"its interval {fmt_interval(iv)} excludes its own estimate {fmt(point)}"

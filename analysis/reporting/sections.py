@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 
 from analysis.analyze import Analysis, Estimate, Skipped
-from analysis.checks.agreement import Agreement
 from analysis.checks.extrapolation import ExtrapolationCheck
 from analysis.checks.verdict import MAX_FAILED_FRACTION, interval_problem
 from analysis.fits.approach2 import BudgetMinimum, budget_minimum
 from analysis.reporting.checks import (
+    agreement_blocks,
+    agreement_word,
     conventions_section,
     holdout_section,
     holdout_summary,
@@ -84,12 +85,6 @@ def fitted(result: Analysis) -> list[tuple[str, Estimate]]:
 # --------------------------------------------------------------------------- summary
 
 
-def _agreement_word(row: Agreement) -> str:
-    if row.agree is None:
-        return f"not judged (both fitted in {row.n_paired} of {row.n_draws} draws)"
-    return "agree" if row.agree else "differ"
-
-
 def _few_resamples(est: Estimate) -> str:
     """A warning when most bootstrap resamples could not be fitted."""
     b = est.bootstrap
@@ -105,7 +100,7 @@ def summary_lines(result: Analysis) -> list[str]:
     if not isinstance(result.agreement, Skipped):
         pairs = "; ".join(
             f"{r.first} − {r.second}: {fmt(r.difference)} {fmt_interval(r.difference_ci)}, "
-            + _agreement_word(r) for r in result.agreement)
+            + agreement_word(r) for r in result.agreement)
         checks.insert(0, f"**Do the approaches agree on a?** Paired bootstrap difference "
                          f"(agree: 0 inside its 95% interval): {pairs}.")
     noise = noise_summary(result)
@@ -263,28 +258,6 @@ def allocation_section(result: Analysis, ri: ReportInput) -> list[Block]:
             "successful resamples only, are conditional on a fit being possible, and can "
             "even exclude the point estimate."))
     return blocks
-
-
-def agreement_blocks(result: Analysis) -> list[Block]:
-    """The approaches compared on a, pair by pair (nothing when fewer than two are fitted)."""
-    rows = result.agreement
-    if isinstance(rows, Skipped):
-        return []
-    table = Table(
-        ("approaches", "difference in a", "0 inside? (agree)", "intervals overlap?",
-         "each estimate inside the other's interval?"),
-        tuple((f"{r.first} − {r.second}",
-               f"{fmt(r.difference)} {fmt_interval(r.difference_ci)}",
-               fmt(r.agree) if r.agree is not None else
-               f"not judged ({r.n_paired} of {r.n_draws} draws)",
-               fmt(r.overlap), fmt(r.each_inside_other)) for r in rows))
-    return [Paragraph(
-        "**Do the approaches agree on a?** Each pair's difference with its 95% interval over "
-        "the same bootstrap draws (every approach refits the same resample in draw k), so "
-        "the interval is that of the difference itself; they agree when it contains 0. The "
-        "last two columns are the looser and the stricter reading of two separate "
-        "intervals (analysis/checks/agreement.py). A pair that both approaches fitted in at "
-        "most half of the draws is not judged: its interval describes that minority."), table]
 
 
 KAPLAN_ROWS = (("alpha_N", "α_N of L(N)", 0.076), ("alpha_D", "α_D of L(D)", 0.095),

@@ -27,6 +27,18 @@ leave: σ is then ``net_sigma``. Otherwise (some cells average other seeds than 
 second seed at one budget only) the fitted points differ by the offsets too, and σ stays the
 within-cell spread ``pooled_sigma``, which counts them. Without offsets the two agree up to a
 degree of freedom (the GPU study: 0.0195 against 0.0191).
+
+The fits use it through ``collapse_replicates``: the runs of a group are averaged into one
+point (mean loss over seeds) before any fit, so a cell with 3 seeds counts once, not three
+times, and the bootstrap resamples cells, not seeds. The point keeps the run_id (and so
+the training curve, for Approach 1) of its lowest seed, and records ``n_seeds`` and
+``loss_std``: a point that averages n seeds has noise σ/√n (see ``analysis.checks.residuals``).
+
+A run's draw is its pair (``seed``, ``data_seed``): with ``train.data_seed`` two runs of one
+seed on other batches are two replicates (pipeline.spec; ``data_seed`` is the seed where a
+sweep did not set it). Rows that share a cell *and* a draw are not replicates (e.g. published
+data without a seed column, where every row has seed 0): they are neither averaged nor used
+for σ.
 """
 
 from __future__ import annotations

@@ -328,5 +328,6 @@ def agreement_blocks(result: Analysis) -> list[Block]:
         "the same bootstrap draws (every approach refits the same resample in draw k), so "
         "the interval is that of the difference itself; they agree when it contains 0. The "
         "last two columns are the looser and the stricter reading of two separate "
-        "intervals (analysis/checks/agreement.py). A pair that both approaches fitted in at "
-        "fewer than half of the draws is not judged: its interval describes that minority."), table]
+        "intervals (analysis/checks/agreement.py). A pair that both approaches fitted in "
+        "fewer than half of the draws is not judged: its interval describes that minority."),
+        table]

@@ -20,7 +20,10 @@ from analysis.checks.verdict import (
 from analysis.fits.bootstrap import Bootstrap, Interval
 from analysis.fits.optimum import fit_lines, optimal_allocation
 from analysis.fits.results import Estimate
+from analysis.reporting.checks import agreement_word
+from analysis.reporting.document import Table
 from analysis.reporting.laws import headline_line, laws_section
+from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
 from analysis.runs.table import RunsTable, runs_from_arrays
 from analysis.schema import analysis_to_json
 
@@ -150,3 +153,27 @@ def test_on_the_additive_law_the_additive_law_describes_the_runs():
     result = analyze(study(AdditiveTruth()), bootstrap=0, conventions=False)
     assert result.verdict.law("3").describes
     assert result.verdict.headline_describes
+
+
+def test_a_report_makes_no_comparison_from_a_bootstrap_that_mostly_failed():
+    """3 budgets x 4 sizes, as the quickstart: a pooled resample usually leaves a budget
+    without an interior minimum, so most of Approach 2's refits fail (issue 16: such an
+    interval was called "consistent with Chinchilla"). Every place that judges it says why not."""
+    runs = isoflop_runs(ChinchillaLaw(), np.logspace(18, 19, 3), sizes_per_budget=4,
+                        noise=0.01, seed=0)
+    result = analyze(runs, bootstrap=60, seed=0, approaches=["2", "3"], conventions=False)
+    a2 = result.fits["2"]
+    assert a2.bootstrap.n_failed > 30
+    why = interval_problem(a2, "a")
+    assert why is not None and why.startswith("only ")
+    (table,) = [b for b in laws_section(result) if isinstance(b, Table)
+                and b.header[0] == "approach"]
+    verdicts = {row[0]: row[-1] for row in table.rows}
+    assert verdicts["2"] == f"no comparison: {why}"
+    fit = analysis_to_json(result)
+    assert fit["summary"]["approaches"]["2"]["interval_problem"] == why
+    twos = [r for r in fit["comparison"] if r["approach"] == "2" and r["inside"] is not None]
+    assert twos and all(r["consistent"] is None and r["interval_problem"] for r in twos)
+    (pair,) = fit["agreement"]["pairs"]
+    assert pair["agree"] is None and pair["n_paired"] < pair["n_draws"] / 2
+    assert agreement_word(result.agreement[0]).startswith("not judged (both fitted in ")

@@ -37,6 +37,8 @@ interaction refit 78% of line searches take the unit step, 12% t/2, 5% t/4, 2% t
 1, 4, 16 this evaluates 19% fewer trial points (5.8M against 7.1M) in 28% more calls, and
 takes the same steps (issue 21)."""
 
+Box = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Bounds as the solver keeps them: lower (p, 1), upper (p, 1), and the rows that have one."""
 FunGrad = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 """fun(x, rows) -> (f, g): problems ``rows`` (k,) evaluated at x (p, k), one problem per
 *column*: f (k,), g (p, k)."""
@@ -79,8 +81,8 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
     if lower is not None or upper is not None:
         lo = np.full(p, -np.inf) if lower is None else np.asarray(lower, dtype=float)
         hi = np.full(p, np.inf) if upper is None else np.asarray(upper, dtype=float)
-        box = (lo[:, None], hi[:, None])
-        x = np.clip(x, *box)
+        box = (lo[:, None], hi[:, None], np.flatnonzero(np.isfinite(lo) | np.isfinite(hi)))
+        x = np.clip(x, box[0], box[1])
     everyone = np.arange(n_prob)
     f, g = _evaluate(fun, x, everyone)
     success = np.zeros(n_prob, dtype=bool)
@@ -106,8 +108,9 @@ def minimize_batch(fun: FunGrad, x0: np.ndarray, *, ftol: float, gtol: float,
         g_act = gs
         held = None
         if box is not None:  # variables on a bound, pushed outwards, stay there
-            held = (((xs <= box[0]) & (gs > 0)) | ((xs >= box[1]) & (gs < 0)))
-            g_act = np.where(held, 0.0, gs)
+            held = _held(xs, gs, box)
+            if held is not None:
+                g_act = np.where(held, 0.0, gs)
         d = -_two_loop(g_act, S, Y, rho)
         if held is not None:
             d[held] = 0.0
@@ -199,14 +202,28 @@ def _two_loop(g: np.ndarray, S: np.ndarray, Y: np.ndarray, rho: np.ndarray) -> n
     return r
 
 
-def _projected(x: np.ndarray, g: np.ndarray, box: tuple[np.ndarray, np.ndarray] | None):
+def _held(x: np.ndarray, g: np.ndarray, box: Box) -> np.ndarray | None:
+    """Where a variable sits on a bound with its gradient pointing out of the box (p, k), or
+    None where none does. Only the rows with a bound are compared: an unbounded variable is
+    never held (the interaction law bounds γ alone, 1 row of 6)."""
+    lo, hi, bounded = box
+    xb, gb = x[bounded], g[bounded]
+    out = ((xb <= lo[bounded]) & (gb > 0)) | ((xb >= hi[bounded]) & (gb < 0))
+    if not out.any():
+        return None
+    held = np.zeros(x.shape, dtype=bool)
+    held[bounded] = out
+    return held
+
+
+def _projected(x: np.ndarray, g: np.ndarray, box: Box | None):
     """The gradient the stopping rule reads: g itself, or with bounds clip(x − g) − x."""
     return g if box is None else np.clip(x - g, box[0], box[1]) - x
 
 
 def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
                  d: np.ndarray, slope: np.ndarray, step: np.ndarray, g: np.ndarray,
-                 box: tuple[np.ndarray, np.ndarray] | None):
+                 box: Box | None):
     """Backtracking on the Armijo condition; ``moved`` False where no step decreased f.
     With bounds each trial point is projected onto the box and the Armijo condition reads
     the slope of the projected step, g·(x_t − x). x, d, g: (p, k).
@@ -218,11 +235,23 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
     most of a batched refit). Halving is exact in
     floating point, so the steps, and the points taken, are those of one at a time.
     """
-    x_new, f_new, g_new = x.copy(), f.copy(), g.copy()
-    moved = np.zeros(rows.size, dtype=bool)
-    trying = np.arange(rows.size)
-    t = step.copy()
-    tried, round_ = 0, 0
+    # The first round tries every problem's unit step: no gather, and where every problem takes
+    # it (most iterations, late in a refit), no copy of the state either.
+    xt = x + step * d
+    if box is None:
+        decrease = step * slope
+    else:
+        xt = _clip(xt, box)
+        decrease = _dot(g, xt - x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ft, gt = _evaluate(fun, xt, rows)
+    moved = np.isfinite(ft) & np.all(np.isfinite(gt), axis=0) & (ft <= f + ARMIJO * decrease)
+    if moved.all():
+        return xt, ft, gt, moved
+    x_new, f_new, g_new = np.where(moved, xt, x), np.where(moved, ft, f), np.where(moved, gt, g)
+    trying = np.flatnonzero(~moved)
+    t = step * 0.5
+    tried, round_ = 1, 1
     while tried < MAX_HALVINGS and trying.size:
         k = min(WIDTHS[min(round_, len(WIDTHS) - 1)], MAX_HALVINGS - tried)
         m = trying.size
@@ -232,7 +261,7 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
         if box is None:
             decrease = ts * _tile(slope[trying], k)
         else:
-            xt = np.clip(xt, box[0], box[1])
+            xt = _clip(xt, box)
             decrease = _dot(_tile(columns(g, trying), k), xt - x0)
         with np.errstate(over="ignore", invalid="ignore"):
             ft, gt = _evaluate(fun, xt, _tile(rows[trying], k))
@@ -248,6 +277,14 @@ def _line_search(fun: FunGrad, rows: np.ndarray, x: np.ndarray, f: np.ndarray,
         tried += k
         round_ += 1
     return x_new, f_new, g_new, moved
+
+
+def _clip(x: np.ndarray, box: Box) -> np.ndarray:
+    """x projected onto the box, in place: only the rows with a bound are clipped (clipping
+    by ±inf leaves a value as it is, to the bit)."""
+    lo, hi, bounded = box
+    x[bounded] = np.clip(x[bounded], lo[bounded], hi[bounded])
+    return x
 
 
 def _tile(a: np.ndarray, k: int) -> np.ndarray:

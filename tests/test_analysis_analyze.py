@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -129,6 +130,19 @@ def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes(monk
         np.testing.assert_array_equal(one.fitted, boot.fitted)
     assert bootstrap_module._POOL is None  # the pool ends with its block
     assert not np.array_equal(one.samples["alpha"], other.samples["alpha"])
+
+
+def test_a_pool_left_at_once_waits_for_its_starting_workers_and_ends_them():
+    """The workers start from a thread while the caller goes on (the report's full-data fits):
+    a block that ends before they are up (an error at once) still ends with every worker
+    gone and no thread left starting them."""
+    with pytest.raises(RuntimeError, match="at once"), bootstrap_module.worker_pool(2):
+        pool = bootstrap_module._POOL[1]
+        raise RuntimeError("at once")
+    assert not [t for t in threading.enumerate() if t.name == "pool-start"]
+    assert bootstrap_module._POOL is None
+    workers = list(pool._processes.values()) if pool._processes else []
+    assert all(w.exitcode is not None for w in workers)
 
 
 def test_fit_json_is_the_same_with_one_process_or_a_pool(monkeypatch):

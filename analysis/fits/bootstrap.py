@@ -125,11 +125,15 @@ def _new_pool(n_jobs: int) -> ProcessPoolExecutor:
         ctx.set_forkserver_preload(list(POOL_PRELOAD))
     else:  # Windows
         ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx, initializer=_exit_with,
+    return ProcessPoolExecutor(max_workers=n_jobs, mp_context=ctx, initializer=_exit_with,
                                initargs=(os.getpid(),))
-    for _ in range(n_jobs):  # start the workers now, while the caller goes on with its work
+
+
+def _start_workers(pool: ProcessPoolExecutor, n_jobs: int) -> None:
+    """Start the pool's ``n_jobs`` workers (each submit of a pool that has no idle worker
+    starts one). Each start waits until the fork server has imported POOL_PRELOAD."""
+    for _ in range(n_jobs):
         pool.submit(int)
-    return pool
 
 
 def _exit_with(parent: int) -> None:
@@ -166,11 +170,19 @@ def worker_pool(n_jobs: int) -> Iterator[None]:
         yield
         return
     with _new_pool(n_jobs) as pool:
+        # The workers start from a thread: a start waits for the fork server's imports (~1 s
+        # of CPU, on another core), and the caller has its own work meanwhile (its full-data
+        # fits); started here, the report waited ~1 s for them (issue 21). A bootstrap that
+        # needs the workers before they are up waits for them in its submit (the pool's lock).
+        starter = threading.Thread(target=_start_workers, args=(pool, n_jobs),
+                                   name="pool-start", daemon=True)
+        starter.start()
         _POOL = (n_jobs, pool)
         try:
             yield
         finally:
             _POOL = None
+            starter.join()  # before the pool shuts down: no submit after its shutdown
 
 
 def in_worker(fn: Callable[..., T], *args: object) -> Future[T]:
@@ -256,7 +268,7 @@ def run_bootstrap(
         if _POOL is not None and _POOL[0] == n_jobs:
             parts = list(_POOL[1].map(_refit_all, [refit] * len(chunks), chunks))
         else:
-            with _new_pool(n_jobs) as pool:
+            with _new_pool(n_jobs) as pool:  # started by the map itself
                 parts = list(pool.map(_refit_all, [refit] * len(chunks), chunks))
         results = [item for part in parts for item in part]
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis.checks.agreement import PAIRS, Agreement, compare_approaches
-from analysis.checks.conventions import ConventionTable, compare_conventions
+from analysis.checks.conventions import ConventionTable, timed_refit_conventions
 from analysis.checks.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
 from analysis.checks.heldout import HoldoutCheck, check_holdout
 from analysis.checks.noise import (
@@ -191,26 +191,6 @@ def analyze(
         agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in PAIRS}),
         verdict=verdict, bootstrap_by=bootstrap_by,
     )
-
-
-def refit_conventions(runs: RunsTable, wanted: Iterable[str], bootstrap: int, seed: int,
-                      n_jobs: int = 1, bootstrap_by: str = "run") -> ConventionTable | Skipped:
-    """Approaches 2 and 3 (those of ``wanted``) refitted under the other N and C conventions
-    (analysis.checks.conventions): ``analyze``'s last step, and the report's, which runs it
-    in a worker beside its figures. ``runs``: the fitted points (``Analysis.fitted_runs``)."""
-    approaches = set(wanted) & {"2", "3"}
-    if not approaches:
-        return NOT_REQUESTED
-    with single_threaded_blas():
-        return compare_conventions(runs, bootstrap=bootstrap, seed=seed, approaches=approaches,
-                                   n_jobs=n_jobs, bootstrap_by=bootstrap_by)
-
-
-def timed_refit_conventions(*args: object) -> tuple[ConventionTable | Skipped, float]:
-    """refit_conventions(*args) and its wall time in seconds (analyze's progress line; the
-    report runs it in a worker: ``in_worker``)."""
-    t0 = time.monotonic()
-    return refit_conventions(*args), time.monotonic() - t0  # type: ignore[arg-type]
 
 
 def fit_all(inp: FitInput, wanted: set[str],

@@ -29,7 +29,8 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from analysis.analyze import analyze, timed_refit_conventions
+from analysis.analyze import analyze
+from analysis.checks.conventions import timed_refit_conventions
 from analysis.cli import add_bootstrap_by, add_input_arguments, load_input, run_main
 from analysis.errors import AnalysisError
 from analysis.fits.bootstrap import default_jobs, in_worker, worker_pool

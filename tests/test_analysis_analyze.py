@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import threading
 
 import numpy as np
 import pytest
 
 from analysis.analyze import Estimate, Skipped, analyze
+from analysis.checks.conventions import timed_refit_conventions
 from analysis.checks.published import DOCUMENTED, compare
 from analysis.fits import bootstrap as bootstrap_module
 from analysis.fits.approach3 import DEFAULT_GRID, _prepare, _Refit, fit_approach3, screen_starts
@@ -143,6 +146,21 @@ def test_a_pool_left_at_once_waits_for_its_starting_workers_and_ends_them():
     assert bootstrap_module._POOL is None
     workers = list(pool._processes.values()) if pool._processes else []
     assert all(w.exitcode is not None for w in workers)
+
+
+def test_the_pool_preloads_what_its_workers_run_and_not_the_rest_of_the_report():
+    """The fork server imports POOL_PRELOAD once for every worker; a task from a module beyond
+    it would import that module in its worker, on the report's clock. The workers run the
+    fits' refits and the convention refits; the preload holds both and leaves out what only
+    the report's own process needs (analysis.analyze's checks, scipy.stats, matplotlib)."""
+    code = ("import sys; import " + ", ".join(bootstrap_module.POOL_PRELOAD) + "; print(sorted("
+            "m for m in ('analysis.analyze', 'scipy.stats', 'matplotlib') if m in sys.modules), "
+            "[n for n, s in __import__('analysis.fits.table').fits.table.FITS.items() "
+            "if s.run.__module__ not in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["[]", "[]"]
+    assert timed_refit_conventions.__module__ in bootstrap_module.POOL_PRELOAD
 
 
 def test_fit_json_is_the_same_with_one_process_or_a_pool(monkeypatch):

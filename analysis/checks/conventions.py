@@ -28,6 +28,7 @@ numbers.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.powerlaw import PowerLaw, fit_power_law
 from analysis.fits.results import Estimate, Skipped
 from analysis.runs.table import RunsTable
+from analysis.threads import single_threaded_blas
 
 GRID: tuple[tuple[str, str], ...] = (("total", "6nd"), ("total", "exact"),
                                      ("non_embedding", "6nd"), ("non_embedding", "exact"))
@@ -233,3 +235,25 @@ def compare_conventions(runs: RunsTable, *, bootstrap: int, seed: int = 0,
         rows.append(ConventionRow(n_conv, c_conv, table.n_convention, ref, a2, a3))
     return ConventionTable(rows=tuple(rows), n_resamples=n_boot, seed=seed)
 
+
+
+def refit_conventions(runs: RunsTable, wanted: Iterable[str], bootstrap: int, seed: int,
+                      n_jobs: int = 1, bootstrap_by: str = "run") -> ConventionTable | Skipped:
+    """Approaches 2 and 3 (those of ``wanted``) refitted under the other N and C conventions:
+    ``analysis.analyze``'s last step, and the report's, which runs it in a worker beside its
+    figures. ``runs``: the fitted points (``Analysis.fitted_runs``). Here, not in
+    analysis.analyze, so that a worker that runs it imports the fits and no more: the pool's
+    fork server preloads this module (analysis.fits.bootstrap.POOL_PRELOAD)."""
+    approaches = set(wanted) & {"2", "3"}
+    if not approaches:
+        return Skipped("not requested")
+    with single_threaded_blas():
+        return compare_conventions(runs, bootstrap=bootstrap, seed=seed, approaches=approaches,
+                                   n_jobs=n_jobs, bootstrap_by=bootstrap_by)
+
+
+def timed_refit_conventions(*args: object) -> tuple[ConventionTable | Skipped, float]:
+    """refit_conventions(*args) and its wall time in seconds (analyze's progress line; the
+    report runs it in a worker: analysis.fits.bootstrap.in_worker)."""
+    t0 = time.monotonic()
+    return refit_conventions(*args), time.monotonic() - t0  # type: ignore[arg-type]

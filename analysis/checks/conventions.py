@@ -236,7 +236,6 @@ def compare_conventions(runs: RunsTable, *, bootstrap: int, seed: int = 0,
     return ConventionTable(rows=tuple(rows), n_resamples=n_boot, seed=seed)
 
 
-
 def refit_conventions(runs: RunsTable, wanted: Iterable[str], bootstrap: int, seed: int,
                       n_jobs: int = 1, bootstrap_by: str = "run") -> ConventionTable | Skipped:
     """Approaches 2 and 3 (those of ``wanted``) refitted under the other N and C conventions:

@@ -136,7 +136,10 @@ def _start_workers(pool: ProcessPoolExecutor, n_jobs: int) -> None:
     """Start the pool's ``n_jobs`` workers (each submit of a pool that has no idle worker
     starts one). Each start waits until the fork server has imported POOL_PRELOAD."""
     for _ in range(n_jobs):
-        pool.submit(int)
+        try:
+            pool.submit(int)
+        except RuntimeError:  # shut down (the caller was interrupted) or broken: the caller's
+            return  # own submits say so, in its thread, where it can be handled
 
 
 def _exit_with(parent: int) -> None:

@@ -134,6 +134,12 @@ def _creation_lock(db: Path | None) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+ENDED = {keys.STATUS_FINISHED: "FINISHED", keys.STATUS_DIVERGED: "FINISHED"}
+"""The statuses of a run that ended with a result, and the MLflow run status each ends with."""
+OPEN = ("RUNNING", "SCHEDULED")
+"""MLflow run statuses of a run not ended."""
+
+
 @dataclass
 class TrialRecord:
     """A child run already in the ledger."""
@@ -211,7 +217,14 @@ class Ledger:
                 return runs
 
     def trials(self) -> dict[str, TrialRecord]:
-        """Child runs by run_id. If a run_id has several MLflow runs, the finished one wins."""
+        """Child runs by run_id. If a run_id has several MLflow runs, the finished one wins.
+
+        A run whose status says it ended (finished or diverged) while its MLflow run is still
+        open is closed here: its trainer was stopped between the two writes that end a run
+        (MLflowTracker.end: the status tag, then the run's end), and nothing would train it
+        again to close it. Seen once in tests/test_sweep.py, a driver and its workers
+        SIGKILLed at once: the ledger read finished, and the MLflow UI showed the run running
+        for good."""
         found: dict[str, TrialRecord] = {}
         for run in self._search(f"tags.{keys.TAG_KIND} = 'trial'"):
             tags = run.data.tags
@@ -222,6 +235,8 @@ class Ledger:
                 final_val_loss=run.data.metrics.get(keys.FINAL_VAL_LOSS),
                 data_fingerprint=tags.get(keys.TAG_DATA_FINGERPRINT, ""),
             )
+            if rec.status in ENDED and run.info.status in OPEN:
+                self.client.set_terminated(rec.mlflow_run_id, status=ENDED[rec.status])
             old = found.get(rec.run_id)
             if old is None or rec.status == keys.STATUS_FINISHED:
                 found[rec.run_id] = rec
@@ -348,9 +363,6 @@ class MLflowTracker:
     def end(self, status: str) -> None:
         """status is keys.STATUS_*; the MLflow run status follows it."""
         self.flush()
-        mlflow_status = {
-            keys.STATUS_FINISHED: "FINISHED", keys.STATUS_DIVERGED: "FINISHED",
-            keys.STATUS_KILLED: "KILLED",
-        }.get(status, "FAILED")
+        mlflow_status = {**ENDED, keys.STATUS_KILLED: "KILLED"}.get(status, "FAILED")
         self.set_tags({keys.TAG_STATUS: status})
         self.client.set_terminated(self.run_id, status=mlflow_status)

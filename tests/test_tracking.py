@@ -244,6 +244,30 @@ def test_a_diverged_trial_is_finished_with_status_diverged(
     assert run.data.metrics[keys.FINAL_STEPS] == out["diverged_step"]
 
 
+@pytest.mark.parametrize("status", [keys.STATUS_FINISHED, keys.STATUS_DIVERGED])
+def test_a_run_stopped_between_its_status_and_its_end_is_closed_by_the_next_read(
+    uri: str, client: MlflowClient, status: str
+) -> None:
+    """A trainer killed between the two writes that end its run (the status tag, then the
+    MLflow run's end) leaves a run the ledger calls ended and the MLflow UI calls running; no
+    driver trains it again, so the next read of the ledger closes it. A run still training
+    (its status running) is left open."""
+    ledger = Ledger(uri, f"half-ended-{status}")
+    ended, live = (ledger.create_trial(tiny_spec(f"half-ended-{status}", steps=n), None)
+                   for n in (40, 41))
+    client.set_tag(ended.mlflow_run_id, keys.TAG_STATUS, status)  # and killed here
+    client.set_tag(live.mlflow_run_id, keys.TAG_STATUS, keys.STATUS_RUNNING)
+    for run_id in (ended.mlflow_run_id, live.mlflow_run_id):
+        client.update_run(run_id, status="RUNNING")
+    assert client.get_run(ended.mlflow_run_id).info.status == "RUNNING"
+
+    found = Ledger(uri, f"half-ended-{status}").trials()
+    assert found[ended.run_id].status == status
+    run = client.get_run(ended.mlflow_run_id)
+    assert run.info.status == "FINISHED" and run.info.end_time is not None
+    assert client.get_run(live.mlflow_run_id).info.status == "RUNNING"
+
+
 def test_no_metric_point_is_lost(uri: str, client: MlflowClient) -> None:
     ledger = Ledger(uri, "many-points")
     rec = ledger.create_trial(tiny_spec("many-points"), parent_run_id=None)

@@ -12,7 +12,7 @@ import platform
 import re
 import subprocess
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -144,7 +144,7 @@ def provenance_lines(runs: RunsTable, *, sweep_file: Path | None,
     lines += data_lines(runs)
     lines.append("packages: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
     lines.append(f"machine: {machine()}")
-    stamp = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z")
     lines.append(f"date: {stamp}")
     lines.append(f"python: {platform.python_implementation()} {platform.python_version()}")
     return lines

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 from pipeline.terminal import say
 
@@ -19,19 +19,19 @@ def driver_problem(address: str | None, checkpoint_dir: str, uri: str, sweep_nam
     """
     from pipeline.tracking import TrackingError, folder_problem, is_local_store, prepare_store
 
-    if address and address.startswith(("http://", "https://")):
+    if address and _scheme(address) in ("http", "https"):
         return (f"the Ray address {address} (--address or $RAY_ADDRESS) is a "
                 "dashboard URL: that is the address for `ray job submit`. Submit this command "
                 f"with `ray job submit --address {address} -- python -m pipeline.sweep "
                 "FILE`, or give the cluster's address HOST:PORT (docs/cluster.md)")
-    if address and is_local_store(uri):
+    if address and is_local_store(uri):  # any sqlite dialect, file:, a path (tracking.py)
         return (f"a Ray cluster address is set ({address}: --address, or $RAY_ADDRESS "
                 f"as under `ray job submit`) but the MLflow tracking URI is a local store ({uri}): "
                 "runs on other nodes cannot write it. Start a tracking server and set "
                 "MLFLOW_TRACKING_URI=http://HOST:PORT (for `ray job submit`: --runtime-env-json "
                 "'{\"env_vars\": {\"MLFLOW_TRACKING_URI\": \"http://HOST:PORT\"}}'); see "
                 "docs/cluster.md")
-    if uri.startswith(("http://", "https://")) and (why := _unreachable(uri)):
+    if _scheme(uri) in ("http", "https") and (why := _unreachable(uri)):
         return (f"the MLflow tracking server {uri} does not answer ({why}). Is "
                 "`mlflow server` running, and reachable from here (on a cluster: from every "
                 "node)? See docs/cluster.md")
@@ -47,6 +47,15 @@ def driver_problem(address: str | None, checkpoint_dir: str, uri: str, sweep_nam
     except TrackingError as e:
         return str(e)
     return ""
+
+
+def _scheme(uri: str) -> str:
+    """The URI's scheme, lower-cased as URL schemes compare ("HTTP://h" is http); "" if none
+    or unparsable."""
+    try:
+        return urlsplit(uri.strip()).scheme
+    except ValueError:
+        return ""
 
 
 def _unreachable(uri: str, timeout: float = 10.0) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
 from pipeline.data.repetition import repetition_problem
+from pipeline.driver.capacity import local_problem
 from pipeline.driver.runner import run_sweep, sigterm_as_interrupt, slots_here
 from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.holdout import HoldoutError, holdout_plan
@@ -81,10 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     configure(quiet=args.quiet, json_out=args.json)
 
-    try:
-        cfg = load_sweep(args.sweep_file)
-    except SweepError as e:
-        print(f"error: {e}", file=sys.stderr)
+    if (cfg := _checked_sweep(args)) is None:
         return 2
     vocab = vocab_size_for(cfg)
     if vocab is None:  # chars: the vocabulary depends on the corpus
@@ -152,6 +150,22 @@ def main(argv: list[str] | None = None) -> int:
     if json_mode():
         print(json.dumps(sweep_json(cfg.name, uri, page, plan, results, report), indent=2))
     return 1 if failed else 0
+
+
+def _checked_sweep(args: argparse.Namespace) -> SweepConfig | None:
+    """The sweep file, validated, whose runs fit where they would train (a run no node can
+    hold would leave Ray waiting for ever: pipeline.driver.capacity); None after one error
+    line on stderr."""
+    try:
+        cfg = load_sweep(args.sweep_file)
+    except SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    if problem := local_problem(cfg.resources, args.cpus, address=args.address,
+                                dry_run=args.dry_run):
+        print(f"error: {args.sweep_file}: {problem}", file=sys.stderr)
+        return None
+    return cfg
 
 
 def _run_holdout(cfg: SweepConfig, plan: Plan, data, args: argparse.Namespace, uri: str,

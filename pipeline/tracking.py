@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 try:
     import fcntl
@@ -55,9 +56,25 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{Path.cwd().resolve() / 'mlflow.db'}"
 
 
+_REMOTE_NAMES = frozenset({"databricks", "databricks-uc", "uc"})
+"""Tracking URIs MLflow takes as a whole word, without "://" (its StoreRegistry)."""
+
+
 def is_local_store(uri: str) -> bool:
-    """True for stores that only processes on this machine can reach (sqlite or a folder)."""
-    return uri.startswith(("sqlite:", "file:", "/", ".")) or "://" not in uri
+    """True for stores that only processes on this machine can reach: a sqlite database in
+    any dialect spelling (sqlite:, sqlite+pysqlite:, SQLite:, ...), a file: URI or a bare
+    path (relative, absolute, or a Windows drive's C:\\...); MLflow picks its store by
+    the same scheme, lower-cased, up to its "+driver" (mlflow.utils.uri.get_uri_scheme)."""
+    text = uri.strip()
+    if text in _REMOTE_NAMES:
+        return False
+    try:
+        scheme = urlsplit(text).scheme  # lower-cased by urlsplit
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 host: no store MLflow could open
+        return False
+    if len(scheme) <= 1:  # none (a path) or a drive letter
+        return True
+    return scheme.split("+", 1)[0] in ("sqlite", "file")
 
 
 class TrackingError(RuntimeError):

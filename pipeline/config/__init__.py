@@ -69,6 +69,10 @@ __all__ = [
 ]
 
 
+MAX_MESSAGE_LINES = 20
+"""Most problems one refusal lists; the rest are counted."""
+
+
 def parse_sweep(text: str, path: Path | str = "<string>") -> SweepConfig:
     """Validate sweep YAML text; `path` only names the source in messages. No file checks."""
     path = Path(path)
@@ -82,6 +86,9 @@ def parse_sweep(text: str, path: Path | str = "<string>") -> SweepConfig:
         return SweepConfig.model_validate(raw)
     except ValidationError as e:
         lines = [line for err in e.errors() for line in _format_error(path, err, SweepConfig)]
+        if len(lines) > MAX_MESSAGE_LINES:  # 9,999 duplicate seeds are one mistake, not 9,998
+            more = len(lines) - MAX_MESSAGE_LINES
+            lines = [*lines[:MAX_MESSAGE_LINES], f"{path}: ... and {more:,} more problem(s)"]
         raise SweepError("\n".join(lines)) from None
 
 
@@ -136,7 +143,8 @@ def resolve_corpus(corpus: str, sweep_path: Path) -> str:
 
 
 def _check_corpus(cfg: SweepConfig, path: Path) -> None:
-    """A local corpus must exist and hold files (as pipeline.data will require later)."""
+    """A local corpus must exist and hold regular files, nothing else (as pipeline.data will
+    require later): refused here, before the ledger is created or anything is read."""
     corpus = cfg.data.corpus
     if corpus in STDLIB_CORPORA or corpus.startswith("hf:"):
         return
@@ -148,6 +156,16 @@ def _check_corpus(cfg: SweepConfig, path: Path) -> None:
                              f"{corpus!r}; looked for {folder})")
         return
     resolved = resolve_corpus(corpus, path)
+    # Lazy: pipeline.data costs 0.3 s to import, and only a local corpus needs it.
+    from pipeline.data.settings import DataError
+    from pipeline.data.sources import NotAFileError, local_files
+
+    try:  # the rule every local corpus is read under: regular files only, named if not
+        local_files(resolved)
+    except NotAFileError as e:
+        raise SweepError(f"{path}: data.corpus: {e} (got {corpus!r})") from None
+    except DataError:
+        pass  # missing or empty: said below, in the sweep file's words
     if any(ch in resolved for ch in "*?["):
         if not any(os.path.isfile(p) for p in glob.iglob(resolved, recursive=True)):
             raise SweepError(f"{path}: data.corpus: glob matches no file (got {corpus!r}; "

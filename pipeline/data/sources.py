@@ -20,10 +20,12 @@ import hashlib
 import json
 import os
 import re
+import stat
 import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from pipeline.data.files import _atomic_file, _atomic_write, _file_lock, _file_sha256
 from pipeline.data.settings import DataError, Progress, _parse_hf_spec
@@ -139,30 +141,87 @@ def local_source(pattern: str) -> Source:
     """Files of a path, directory (recursive, hidden files skipped) or glob. A .jsonl or
     .parquet file holds one document per record (its "text" field); any other file is one
     document."""
-    expanded = os.path.expanduser(pattern)
-    if any(ch in expanded for ch in "*?["):
-        paths = [Path(p) for p in glob.glob(expanded, recursive=True) if os.path.isfile(p)]
-        if not paths:
-            raise DataError(f"corpus glob {pattern!r} matched no files")
-    else:
-        path = Path(expanded)
-        if not path.exists():
-            raise DataError(f"corpus path {pattern!r} does not exist")
-        if path.is_dir():
-            paths = [
-                p
-                for p in path.rglob("*")
-                if p.is_file()
-                and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            ]
-            if not paths:
-                raise DataError(f"corpus directory {pattern!r} contains no files")
-        else:
-            paths = [path]
+    paths = local_files(pattern)
     # Names relative to the files' common folder: moving the corpus keeps its fingerprint.
     base = Path(os.path.commonpath([p.resolve().parent for p in paths]))
     named = sorted((p.resolve().relative_to(base).as_posix(), p) for p in paths)
     return Source([_File(name, p, _kind(p)) for name, p in named])
+
+
+def local_files(pattern: str) -> list[Path]:
+    """The regular files of a local corpus spec (a path, directory or glob; "~" expanded),
+    unread; DataError naming the spec when there are none, NotAFileError naming the entry
+    when one is not a regular file or folder.
+
+    Every local corpus is listed here (sweep files through pipeline.config, `pipeline.data
+    prepare`, a sweep's data and `pipeline.train --corpus` through local_source). A device
+    reads without end (/dev/zero filled 15.5 GB in 40 s: st_size, what the size check
+    reads, is 0 for it) and a FIFO or socket blocks a reader for ever, so only regular files
+    (symlinks followed) are a corpus: any other entry is refused by name, never skipped.
+    Folders inside a directory or matched by a glob are walked (a directory) or passed over
+    (a glob), as before; a symlink to a folder inside a directory is not followed.
+    """
+    expanded = os.path.expanduser(pattern)
+    if any(ch in expanded for ch in "*?["):
+        paths = []
+        for match in sorted(glob.glob(expanded, recursive=True)):
+            if (why := _not_a_file(Path(match))) is not None:
+                raise NotAFileError(f"corpus glob {pattern!r} matches {match!r}, {why}")
+            if not os.path.isdir(match):
+                paths.append(Path(match))
+        if not paths:
+            raise DataError(f"corpus glob {pattern!r} matched no files")
+        return paths
+    path = Path(expanded)
+    if not path.exists() and not path.is_symlink():
+        raise DataError(f"corpus path {pattern!r} does not exist")
+    if (why := _not_a_file(path)) is not None:
+        raise NotAFileError(f"corpus path {pattern!r} is {why}")
+    if not path.is_dir():
+        return [path]
+    paths = []
+    for p in path.rglob("*"):
+        if any(part.startswith(".") for part in p.relative_to(path).parts):
+            continue
+        if (why := _not_a_file(p)) is not None:
+            raise NotAFileError(f"corpus directory {pattern!r} holds "
+                                f"{p.relative_to(path).as_posix()!r}, {why}")
+        if not p.is_dir():
+            paths.append(p)
+    if not paths:
+        raise DataError(f"corpus directory {pattern!r} contains no files")
+    return paths
+
+
+class NotAFileError(DataError):
+    """A corpus entry that is a device, FIFO or socket (or a broken symlink): never read."""
+
+
+_NOT_REGULAR = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+_ONLY_FILES = ("a corpus is regular files (or folders of them): a device never ends and a "
+               "FIFO or socket blocks its reader")
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why path is neither a regular file nor a folder (after its symlinks), None if it is
+    one; "a FIFO (named pipe), not a regular file: ..." names what it is. Reads nothing."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return (f"a symlink to {os.readlink(path)!r}, which does not exist"
+                if path.is_symlink() else "gone (removed while the corpus was listed)")
+    except OSError as e:  # a symlink loop, a name too long, no permission to look
+        return f"not readable ({e.strerror or e})"
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    via = f" (through the symlink to {os.path.realpath(path)})" if path.is_symlink() else ""
+    return f"{_what(mode)}{via}, not a regular file: {_ONLY_FILES}"
+
+
+def _what(mode: int) -> str:
+    """What a file of this st_mode is, in words: "a FIFO (named pipe)"."""
+    return next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
 
 
 def hf_source(spec: str, max_bytes: int | None, cache_dir: Path, progress: Progress) -> Source:
@@ -243,15 +302,35 @@ def _kind(path: Path) -> str:
     return suffix[1:] if suffix in RECORD_SUFFIXES else "text"
 
 
+def _open_regular(path: Path) -> BinaryIO:
+    """path opened for reading, if it is a regular file (after its symlinks): the check is
+    made on the open file, so a file swapped for a FIFO or device since it was listed, or one
+    of the standard library's or site-packages' files (listed by name only), is refused too.
+    O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, for ever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:  # a socket cannot be opened at all (ENXIO): say what it is
+        if (why := _not_a_file(path)) is not None:
+            raise NotAFileError(f"corpus file {str(path)!r} is {why}") from e
+        raise DataError(f"corpus file {str(path)!r} cannot be opened: {e.strerror or e}") from e
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotAFileError(f"corpus file {str(path)!r} is {_what(mode)}, not a regular "
+                            f"file: {_ONLY_FILES}")
+    return os.fdopen(fd, "rb")  # O_NONBLOCK changes nothing for a regular file's reads
+
+
 def _read_text(f: _File, skip_undecodable: bool) -> Document | None:
-    size = f.path.stat().st_size
-    if size > MAX_TEXT_FILE_BYTES:
-        raise DataError(
-            f"corpus file {str(f.path)!r} is {size:,} bytes: a text file is one document and "
-            f"is read whole (at most {MAX_TEXT_FILE_BYTES:,}); split it into several files, or "
-            f"write one document per line as .jsonl ({{\"{TEXT_FIELD}\": ...}})"
-        )
-    data = f.path.read_bytes()
+    with _open_regular(f.path) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > MAX_TEXT_FILE_BYTES:
+            raise DataError(
+                f"corpus file {str(f.path)!r} is {size:,} bytes: a text file is one document "
+                f"and is read whole (at most {MAX_TEXT_FILE_BYTES:,}); split it into several "
+                f"files, or write one document per line as .jsonl ({{\"{TEXT_FIELD}\": ...}})"
+            )
+        data = file.read()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -265,7 +344,7 @@ def _read_text(f: _File, skip_undecodable: bool) -> Document | None:
 
 def _jsonl_records(f: _File) -> Iterator[Document]:
     """One document per line: {"text": ...} (a local file) or a JSON string (the HF cache)."""
-    with open(f.path, "rb") as lines:
+    with _open_regular(f.path) as lines:
         for i, raw in enumerate(lines):
             if not raw.strip():
                 continue
@@ -284,6 +363,7 @@ def _parquet_records(f: _File) -> Iterator[Document]:
         import pyarrow.parquet as pq  # comes with mlflow (and datasets)
     except ImportError as e:
         raise DataError(f"corpus file {str(f.path)!r} is parquet: it needs pyarrow") from e
+    _open_regular(f.path).close()  # pyarrow reads the path itself (its own buffered reads)
     try:
         table = pq.ParquetFile(f.path)
     except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file

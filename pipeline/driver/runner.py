@@ -24,6 +24,7 @@ import numpy as np
 from pipeline import keys
 from pipeline.config import SweepConfig, SweepError
 from pipeline.data import TokenData
+from pipeline.driver.capacity import local_cpus, node_problem, workers_problem
 from pipeline.grid import Plan
 from pipeline.preflight import warn_loopback_uri
 from pipeline.spec import RunSpec, branch_folder
@@ -87,7 +88,7 @@ def init_ray(address: str | None, cpus: int | None, *, hide_gpus: bool = False) 
             if hide_gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ""
             with _environ(env):
-                ray.init(num_cpus=cpus or os.cpu_count(), include_dashboard=False,
+                ray.init(num_cpus=local_cpus(cpus), include_dashboard=False,
                          _temp_dir=tmp or None, log_to_driver=chatty())
     except SystemExit as e:  # SIGTERM while Ray starts: its own handler calls sys.exit(15)
         if e.code != signal.SIGTERM:
@@ -125,22 +126,7 @@ def run_trial(*args, **kwargs) -> dict:
 
 
 def slots_here(num_cpus: int, cpus: int | None) -> int:
-    return max(1, (cpus or os.cpu_count() or 1) // num_cpus)
-
-
-def workers_problem(res, have: dict[str, float]) -> str | None:
-    """Why the Ray cluster (or this machine) can never hold one run, or None: a run of W
-    workers needs W x num_cpus CPUs (and W x num_gpus GPUs) at once; left pending it would
-    wait for ever."""
-    w = res.workers_per_run
-    if w == 1:  # one worker: Ray schedules it as any task (unchanged)
-        return None
-    for what, need in (("CPU", res.cpus_per_run), ("GPU", res.num_gpus * w)):
-        if need > have.get(what, 0) + 1e-9:
-            return (f"resources.workers_per_run = {w}: a run needs {w} workers x "
-                    f"{need / w:g} {what}(s) = {need:g} at once; there are "
-                    f"{have.get(what, 0):g} {what}(s) here")
-    return None
+    return max(1, local_cpus(cpus) // num_cpus)
 
 
 def cluster_slots(num_cpus: int, num_gpus: float) -> int:
@@ -288,7 +274,10 @@ class _Runner:
         # that Ray gave to another task: hide CUDA devices from the run instead (a local
         # Ray's workers through the raylet's environment, a cluster's through the task's).
         init_ray(self.address, self.cpus, hide_gpus=res.num_gpus == 0)
-        if problem := workers_problem(res, ray.cluster_resources()):
+        # Before any task: one that no node can hold would stay pending for ever (a local
+        # Ray was checked before it started: pipeline.driver.capacity.local_problem).
+        if problem := (node_problem(res, ray.nodes())
+                       or workers_problem(res, ray.cluster_resources())):
             raise SweepError(problem)
         hide_gpus = {"runtime_env": {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}} \
             if res.num_gpus == 0 and self.address else {}
@@ -363,6 +352,9 @@ class _Runner:
             self._loop()
         except KeyboardInterrupt:
             self._mark_killed(todo)
+            raise
+        except SweepError:  # refused when Ray started (no node fits a run): nothing ran
+            self.ledger.mark(self.parent, keys.STATUS_FAILED, "FAILED")
             raise
         finally:
             import ray

@@ -9,11 +9,14 @@ from pathlib import Path
 
 
 def sqlite_file(uri: str) -> Path | None:
-    """The database file of a sqlite URI (sqlite:///relative or sqlite:////absolute), else
-    None (a tracking server, a folder store)."""
-    if not uri.startswith("sqlite:///"):
+    """The database file of a sqlite URI (sqlite:///relative or sqlite:////absolute, in any
+    dialect spelling that MLflow opens: sqlite+pysqlite:///, SQLite:///), else None (a
+    tracking server, a folder store). Every spelling must be seen here: a store not seen as
+    a file gets no creation lock and no artifact folder beside it (pipeline/tracking.py)."""
+    scheme, sep, rest = uri.strip().partition(":///")
+    if not sep or scheme.lower().split("+", 1)[0] != "sqlite":
         return None
-    return Path(uri.removeprefix("sqlite:///"))
+    return Path(rest)
 
 
 def missing_store(uri: str) -> str | None:

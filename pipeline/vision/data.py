@@ -147,8 +147,12 @@ def _folder(root: Path, size: int) -> tuple[np.ndarray, np.ndarray, tuple[str, .
                         "needs at least 2 (root/<class>/<image>)")
     images, labels = [], []
     for label, name in enumerate(classes):
-        files = sorted(p for p in (root / name).iterdir()
-                       if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES)
+        files = sorted(p for p in (root / name).iterdir() if p.suffix.lower() in _IMAGE_SUFFIXES)
+        # An image's name on a FIFO, device or socket would block or never end the read (as
+        # a text corpus's: pipeline/data/sources.py local_files): refused by name, not skipped.
+        if odd := next((f for f in files if not f.is_file()), None):
+            raise DataError(f"image folder entry {str(odd)!r} is not a regular file "
+                            "(a FIFO, device, socket or folder): an image folder holds files")
         if not files:
             raise DataError(f"image folder {root / name} holds no image "
                             f"({', '.join(sorted(_IMAGE_SUFFIXES))})")

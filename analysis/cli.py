@@ -9,13 +9,27 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 import pandas as pd
 
 from analysis.errors import AnalysisError, DataError
+from analysis.inputs import finite_positive
 from analysis.runs.table import RunsTable
 
 EXIT_INPUT_ERROR = 2
+
+
+class UsageError(AnalysisError):
+    """An argument argparse refuses (unknown option, missing value, bad number)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose refusals are one `error:` line (run_main), as every other input error:
+    argparse's own prints its usage and "PROG: error: ...", and exits from inside parse_args."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
 
 
 def add_bootstrap_by(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +61,7 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flops-convention", default=None,
                         help="which final/flops_<convention> is C (default: the sweep file's "
                              "flops_convention with --sweep-file, else 6nd: C = 6ND)")
-    parser.add_argument("--max-epochs", type=_positive_float, metavar="E",
+    parser.add_argument("--max-epochs", type=finite_positive, metavar="E",
                         help="leave out runs that passed over their train split more than E "
                              "times (their recorded epochs); by default they are fitted and "
                              "named in the output")
@@ -55,16 +69,6 @@ def add_input_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the sweep's YAML file: with --sweep, only the runs it plans now "
                              "are used (not those of an earlier recipe); recorded with its "
                              "sha256 in a report's provenance")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
 
 
 def flops_convention(args: argparse.Namespace) -> str:
@@ -115,10 +119,18 @@ def load_input(args: argparse.Namespace) -> tuple[RunsTable, pd.DataFrame | None
     return runs, None
 
 
+def one_line(message: str) -> str:
+    """``message`` as one printable line: its lines joined with "; " (a sweep file's problems
+    come one a line) and control characters escaped (a file or run name may carry a terminal
+    escape sequence)."""
+    joined = "; ".join(line.strip() for line in message.splitlines() if line.strip())
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in joined)
+
+
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run a CLI main; an AnalysisError becomes one line on stderr and exit status 2."""
     try:
         return main(argv)
     except AnalysisError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
         return EXIT_INPUT_ERROR

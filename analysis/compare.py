@@ -20,18 +20,19 @@ import math
 import sys
 from pathlib import Path
 
-from analysis.cli import run_main
+from analysis.cli import Parser, run_main
 from analysis.comparison import Comparison, check_comparable, compare
+from analysis.inputs import BOOTSTRAP, SEED, finite_positive
 from analysis.runs.table import RunsTable
+from analysis.text import markdown_inline
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m analysis.compare",
-                                description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="python -m analysis.compare", description=__doc__.split("\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="the baseline: sweep name, runs_export.json or CSV")
     p.add_argument("b", help="the recipe compared with it (same kinds of input)")
-    p.add_argument("--flops", type=float, action="append", default=[], metavar="C",
+    p.add_argument("--flops", type=finite_positive, action="append", default=[], metavar="C",
                    help="also read the multiplier at this larger budget (repeatable)")
     p.add_argument("--tracking-uri", metavar="URI", help="MLflow store of sweep names")
     p.add_argument("--flops-convention", default=None,
@@ -40,27 +41,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep-file-a", metavar="FILE",
                    help="A's sweep file: only the runs it plans now (as --sweep-file elsewhere)")
     p.add_argument("--sweep-file-b", metavar="FILE", help="the same for B")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="N",
+    p.add_argument("--bootstrap", type=BOOTSTRAP, default=200, metavar="N",
                    help="resamples per side (default 200; 0: no intervals)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--out", metavar="DIR", help="write compare.json, compare.md, figures/")
     return p
 
 
-def load_side(spec: str, sweep_file: str | None, args: argparse.Namespace) -> RunsTable:
+def load_side(spec: str, sweep_file: str | None, args: argparse.Namespace,
+              side: str = "A") -> RunsTable:
     """A sweep name, a runs export (.json) or a CSV (.csv) as a runs table; with a sweep
-    file, only the runs it plans now (as the other commands' --sweep-file)."""
+    file, only the runs it plans now (as the other commands' --sweep-file). ``side`` names
+    the argument in errors."""
     from analysis.cli import flops_convention
 
     if spec.endswith(".csv"):
         from analysis.runs.load import load_csv
 
-        runs = load_csv(spec)
+        runs = load_csv(spec, option=side)
     elif spec.endswith(".json"):
         from analysis.runs.export import read_export
 
-        runs = read_export(spec)[0]
+        runs = read_export(spec, option=side)[0]
     else:
         from analysis.runs.load import load_sweep
 
@@ -94,7 +97,9 @@ def to_json(c: Comparison, unchecked: list[str]) -> dict:
 
 
 def to_markdown(out: dict) -> str:
-    lines = [f"# {out['b']} against {out['a']}", "", out["verdict"], "",
+    # The sources are names or a file's "source" field, in the verdict too: escaped as text.
+    a, b = markdown_inline(out["a"]), markdown_inline(out["b"])
+    lines = [f"# {b} against {a}".replace("\n", " "), "", markdown_inline(out["verdict"]), "",
              "| C (FLOPs) | multiplier of B over A | 95% interval | |", "|---|---|---|---|"]
     for m in out["multiplier"]:
         ci = m["ci95"]
@@ -151,10 +156,12 @@ def _figure(c: Comparison, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.bootstrap < 0:
-        parser().error("--bootstrap must be >= 0")
-    a = load_side(args.a, args.sweep_file_a, args)
-    b = load_side(args.b, args.sweep_file_b, args)
+    if args.out is not None:  # checked before the sides are read: a refusal costs nothing
+        from analysis.report import check_target
+
+        check_target(Path(args.out), "compare.json", "comparison")
+    a = load_side(args.a, args.sweep_file_a, args, "A")
+    b = load_side(args.b, args.sweep_file_b, args, "B")
     unchecked = check_comparable(a, b)
     result = compare(a, b, larger=args.flops, bootstrap=args.bootstrap, seed=args.seed)
     out = to_json(result, unchecked)
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.report import check_target, staged_folder
 
         folder = Path(args.out)
-        check_target(folder, "compare.json", "comparison")
+        check_target(folder, "compare.json", "comparison")  # again: it may have changed
         with staged_folder(folder) as tmp:  # swapped in whole, or not at all
             (tmp / "compare.json").write_text(json.dumps(out, indent=2) + "\n")
             (tmp / "compare.md").write_text(to_markdown(out))

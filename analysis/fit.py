@@ -14,25 +14,26 @@ import argparse
 import json
 
 from analysis.analyze import analyze
-from analysis.cli import add_bootstrap_by, add_input_arguments, load_input, run_main
+from analysis.cli import Parser, add_bootstrap_by, add_input_arguments, load_input, run_main
 from analysis.fits.bootstrap import DEFAULT_RESAMPLES, default_jobs
 from analysis.fits.table import FITS
+from analysis.inputs import BOOTSTRAP, SEED, finite_positive, jobs
 from analysis.schema import analysis_to_json
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m analysis.fit", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="python -m analysis.fit", description=__doc__.split("\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
     p.add_argument("--approach", choices=[*FITS, "all"], default="all",
                    help="which fit(s) to run, from the table of fits (default: all)")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_RESAMPLES, metavar="N",
+    p.add_argument("--bootstrap", type=BOOTSTRAP, default=DEFAULT_RESAMPLES, metavar="N",
                    help=f"bootstrap resamples of runs (default {DEFAULT_RESAMPLES}; 0: none)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="bootstrap seed (default 0)")
     add_bootstrap_by(p)
-    p.add_argument("--reference-flops", type=float, metavar="C",
+    p.add_argument("--reference-flops", type=finite_positive, metavar="C",
                    help="compute at which to report the allocation (default: largest C)")
-    p.add_argument("--jobs", type=int, default=default_jobs(), metavar="J",
+    p.add_argument("--jobs", type=jobs, default=default_jobs(), metavar="J",
                    help="processes for the bootstraps of the parametric laws (default: the "
                         f"cores this process may use, {default_jobs()} here; the intervals "
                         "are the same with any number)")
@@ -42,10 +43,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.bootstrap < 0:
-        parser().error("--bootstrap must be >= 0")
-    if args.jobs < 1:
-        parser().error("--jobs must be >= 1")
     runs, curves = load_input(args)
     approaches = tuple(FITS) if args.approach == "all" else (args.approach,)
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,

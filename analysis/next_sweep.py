@@ -15,13 +15,13 @@ size rules, no replicates or held-out budgets. Every other section is copied as 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import yaml
 
 from analysis.errors import DataError
-from pipeline.config import SweepError, load_sweep, resolve_corpus
+from analysis.inputs import write_new_file
+from pipeline.config import SweepError, _check_corpus, load_sweep, parse_sweep, resolve_corpus
 from pipeline.config.yaml_reader import _read_yaml
 from pipeline.spec import STDLIB_CORPORA
 from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
@@ -96,20 +96,19 @@ def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_op
     return header + yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, width=96)
 
 
-def write_next_sweep(out: Path, text: str) -> None:
-    """Validate ``text`` as a sweep file, then write it to ``out`` atomically (never over an
-    existing file)."""
-    if out.exists():
-        raise DataError(f"{out}: exists; --write never replaces a file (give a new name)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".yaml")
+def validate_next_sweep(out: Path, text: str, option: str = "--write") -> None:
+    """DataError unless ``text`` is a sweep file that load_sweep would accept at ``out``
+    (its schema, and its corpus relative to ``out``'s folder). Reads and writes nothing."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        try:
-            load_sweep(tmp)
-        except SweepError as e:
-            raise DataError(f"{out}: the written sweep file does not validate: {e}") from e
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        _check_corpus(parse_sweep(text, out), out)
+    except SweepError as e:
+        raise DataError(f"{option} {out}: the written sweep file would not validate: {e}") \
+            from e
+
+
+def write_next_sweep(out: Path, text: str, option: str = "--write") -> None:
+    """Validate ``text`` (validate_next_sweep), then write it to ``out`` whole, never over an
+    existing file: the folders are made only after every check, and removed again if the
+    write fails (analysis.inputs.write_new_file)."""
+    validate_next_sweep(out, text, option)
+    write_new_file(out, text, option)

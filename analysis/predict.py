@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -22,6 +23,7 @@ from rich.table import Table
 
 from analysis.analyze import Skipped, analyze
 from analysis.cli import (
+    Parser,
     add_bootstrap_by,
     add_input_arguments,
     flops_convention,
@@ -29,27 +31,31 @@ from analysis.cli import (
     run_main,
 )
 from analysis.errors import DataError, FitError
+from analysis.inputs import BOOTSTRAP, SEED, check_new_file, finite_positive
 from analysis.runs.shapes import ShapeChoice, nearest_shape
 from analysis.schema import clean
 from analysis.text import fmt, fmt_interval
 
 QUANTITIES = ("n_opt", "d_opt", "tokens_per_param", "loss_opt")
+CHINCHILLA_TOKENS_PER_PARAM = 20.0
+"""D/N at the optimum (Hoffmann et al. 2022): the stand-in prediction with which --write's
+file is checked before the fit."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m analysis.predict",
-                                description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="python -m analysis.predict", description=__doc__.split("\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
-    p.add_argument("--flops", type=float, required=True, metavar="C", help="compute budget")
+    p.add_argument("--flops", type=finite_positive, required=True, metavar="C",
+                   help="compute budget")
     p.add_argument("--approach", choices=("1", "2", "3", "interaction", "kaplan_joint"),
                    default="3",
                    help="which allocation to use (default 3; 3 and the laws with an "
                         "interaction also predict the loss; fit.json's summary.headline says "
                         "which law describes the runs)")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+    p.add_argument("--bootstrap", type=BOOTSTRAP, default=1000, metavar="N",
                    help="bootstrap resamples for the intervals (default 1000; 0: none)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=SEED, default=0)
     add_bootstrap_by(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--write", metavar="FILE",
@@ -60,10 +66,12 @@ def parser() -> argparse.ArgumentParser:
 
 def predict(args: argparse.Namespace) -> dict:
     """The prediction as a JSON-ready dict (the --json output)."""
-    if not args.flops > 0:
-        raise FitError(f"--flops must be > 0, got {args.flops}")
     if args.write and not args.sweep_file:
         raise DataError("--write needs --sweep-file: the sweep whose recipe the next one keeps")
+    if args.write:  # checked whole before the fit: a refusal costs no fit and writes nothing
+        check_new_file(Path(args.write), "--write")
+        n_guess = math.sqrt(args.flops / (6.0 * CHINCHILLA_TOKENS_PER_PARAM))
+        _next_sweep(args, n_guess, CHINCHILLA_TOKENS_PER_PARAM * n_guess, write=False)
     runs, curves = load_input(args)
     # No convention refits: a prediction needs one allocation, not its sensitivity.
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
@@ -85,14 +93,23 @@ def predict(args: argparse.Namespace) -> dict:
         else "",
     }
     if args.write:
-        from analysis.next_sweep import next_sweep_text, write_next_sweep
-
-        text = next_sweep_text(Path(args.sweep_file), Path(args.write), flops=args.flops,
-                               n_opt=est.point["n_opt"], d_opt=est.point["d_opt"],
-                               approach=args.approach, convention=flops_convention(args))
-        write_next_sweep(Path(args.write), text)
+        _next_sweep(args, est.point["n_opt"], est.point["d_opt"], write=True)
         out["written"] = args.write
     return clean(out)
+
+
+def _next_sweep(args: argparse.Namespace, n_opt: float, d_opt: float, *, write: bool) -> None:
+    """The --write file for this N_opt and D_opt, validated at its place; written if asked."""
+    from analysis.next_sweep import next_sweep_text, validate_next_sweep, write_next_sweep
+
+    out = Path(args.write)
+    text = next_sweep_text(Path(args.sweep_file), out, flops=args.flops, n_opt=n_opt,
+                           d_opt=d_opt, approach=args.approach,
+                           convention=flops_convention(args))
+    if write:
+        write_next_sweep(out, text, "--write")
+    else:
+        validate_next_sweep(out, text, "--write")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=2, allow_nan=False))
         return 0
-    console = Console()
+    console = Console(markup=False)  # the source and the family are names, never markup
     table = Table(title=f"Compute-optimal allocation at C = {args.flops:.3g} FLOPs "
                         f"(approach {args.approach}; {out['source']})", title_justify="left")
     for col in ("quantity", "estimate", "95% interval"):

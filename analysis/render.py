@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.fits.approach2 import Approach2Fit
@@ -85,11 +86,13 @@ def extrapolation_table(checks: Mapping[str, object]) -> Table:
 
 
 def render(result: Analysis, console: Console | None = None) -> None:
-    console = console or Console()
-    console.print(f"[bold]{result.source}[/bold]: {result.n_runs} runs"
+    # No console markup: the source, the reasons and the conventions carry file, run and
+    # column names, in which "[/x]" would raise and "[link=...]" would make a link.
+    console = console or Console(markup=False)
+    console.print(Text.assemble((result.source, "bold"), f": {result.n_runs} runs"
                   f" ({len(result.excluded)} excluded); N = {result.conventions['N']}, "
                   f"C = {result.conventions['C']}; Kaplan: {result.conventions['kaplan']}; "
-                  f"allocation at C = {result.reference_flops:.3g}")
+                  f"allocation at C = {result.reference_flops:.3g}"))
     for name, est in result.approaches().items():
         if isinstance(est, Skipped):
             if est.reason != "not requested":

@@ -29,11 +29,14 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
+
 from analysis.analyze import analyze
 from analysis.checks.conventions import timed_refit_conventions
-from analysis.cli import add_bootstrap_by, add_input_arguments, load_input, run_main
+from analysis.cli import Parser, add_bootstrap_by, add_input_arguments, load_input, run_main
 from analysis.errors import AnalysisError
 from analysis.fits.bootstrap import default_jobs, in_worker, worker_pool
+from analysis.inputs import BOOTSTRAP, SEED, check_name, jobs, missing_folders
 from analysis.reporting.document import to_html, to_markdown
 from analysis.reporting.figures import Context, draw_all
 from analysis.reporting.provenance import PACKAGE_ROOT, portable, provenance_lines
@@ -42,7 +45,9 @@ from analysis.reporting.samples import PROMPT, sample_jobs
 from analysis.reporting.sections import ReportInput, build
 from analysis.runs.export import FILE_NAME as EXPORT_FILE
 from analysis.runs.export import export_name, to_json_dict, write_export
+from analysis.runs.planned import sweep_corpus
 from analysis.schema import analysis_to_json
+from analysis.text import spreadsheet_cell
 from pipeline.data.files import DiskFullError, disk_full
 from pipeline.ledger.store import folder_problem
 
@@ -62,17 +67,17 @@ class ReportError(AnalysisError):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m analysis.report",
-                                description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="python -m analysis.report", description=__doc__.split("\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     add_input_arguments(p)
-    p.add_argument("--name", help="report name (default: the sweep name, or the CSV's stem)")
+    p.add_argument("--name", help="report name, the folder under reports/ (default: the sweep "
+                                  "name, the export's, or the CSV's stem)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: reports/<name>)")
-    p.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, metavar="N",
+    p.add_argument("--bootstrap", type=BOOTSTRAP, default=DEFAULT_BOOTSTRAP, metavar="N",
                    help=f"bootstrap resamples (default {DEFAULT_BOOTSTRAP}; 0: no intervals)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=SEED, default=0, help="bootstrap seed (default 0)")
     add_bootstrap_by(p)
-    p.add_argument("--jobs", type=int, default=default_jobs(), metavar="J",
+    p.add_argument("--jobs", type=jobs, default=default_jobs(), metavar="J",
                    help="processes for the bootstraps of the parametric laws (default: the "
                         f"cores this process may use, {default_jobs()} here; the intervals "
                         "are the same with any number)")
@@ -157,12 +162,15 @@ def staged_folder(target: Path) -> Iterator[Path]:
     # Absolute, so that no library expands a leading "~" of a relative folder named "~"
     # (pandas' to_csv does), and joined, not normalised: the OS resolves "..".
     target = Path.cwd() / target
+    made = missing_folders(target.parent)  # removed again unless the report is swapped in
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     except OSError as e:  # what folder_problem cannot see (e.g. /proc, a read-only mount)
+        _remove_empty(made)
         raise ReportError(f"cannot write to {target}: {e.strerror or e} "
                           f"({e.filename or target.parent})") from e
+    swapped = False
     try:
         try:
             yield tmp
@@ -182,11 +190,23 @@ def staged_folder(target: Path) -> Iterator[Path]:
             if old is not None:
                 os.replace(old, target)
             raise
+        swapped = True
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if not swapped:
+            _remove_empty(made)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed write made (innermost first), where they are still empty."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (someone else's file) or gone: leave it and those above
 
 
 def _no_samples_reason(args: argparse.Namespace, runs) -> str:
@@ -204,14 +224,39 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def report_name(args: argparse.Namespace) -> str:
+    """--name, else the sweep's, the export's or the CSV's stem; checked as one folder name
+    where it makes the folder (without --out): an export's name is whatever its file says."""
+    if args.name is not None:
+        return check_name(args.name, "--name")
+    if args.sweep:
+        name, origin = args.sweep, "--sweep"
+    elif args.export:
+        name, origin = export_name(args.export), f"the name recorded in --export {args.export}"
+    else:
+        name, origin = Path(args.csv).stem, f"the stem of --csv {args.csv}"
+    if args.out is None:
+        try:
+            check_name(name, origin)
+        except AnalysisError as e:
+            raise ReportError(f"{e}; give --name or --out") from e
+    return name
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell that a spreadsheet would run as a formula quoted
+    (analysis.text.spreadsheet_cell); numeric columns as they are."""
+    text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+    return frame.assign(**{c: frame[c].map(spreadsheet_cell) for c in text})
+
+
 def write_report(args: argparse.Namespace) -> Path:
     """Load, fit, draw and write; returns the path of report.html."""
     started = time.monotonic()
-    runs, curves = load_input(args)  # with --sweep-file: the runs it plans now
-    name = args.name or args.sweep or (export_name(args.export) if args.export
-                                        else Path(args.csv).stem)
+    name = report_name(args)
     out = Path(args.out) if args.out is not None else Path("reports") / name
-    check_target(out)
+    check_target(out)  # before the runs are read: a refused folder costs no load
+    runs, curves = load_input(args)  # with --sweep-file: the runs it plans now
     sweep_file = Path(args.sweep_file) if args.sweep_file else None
     sweep_text = None
     if sweep_file is not None and sweep_file.is_file():
@@ -236,7 +281,9 @@ def write_report(args: argparse.Namespace) -> Path:
         uri = mlflow.get_tracking_uri()  # the store load_sweep read: samples use the same
     with ExitStack() as stack:
         stack.enter_context(worker_pool(args.jobs))  # its workers start while this goes on
-        jobs = (stack.enter_context(sample_jobs(runs, tracking_uri=uri, prompt=args.prompt))
+        corpus = sweep_corpus(sweep_file) if sweep_file is not None and sweep_text else None
+        jobs = (stack.enter_context(sample_jobs(runs, tracking_uri=uri, prompt=args.prompt,
+                                                corpus=corpus))
                 if args.sweep else None)
         t0, cpu0 = time.monotonic(), time.process_time()
         result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
@@ -274,7 +321,7 @@ def write_report(args: argparse.Namespace) -> Path:
             (tmp / "fit.json").write_text(
                 json.dumps(analysis_to_json(result), indent=2, allow_nan=False) + "\n",
                 encoding="utf-8")
-            runs.frame.to_csv(tmp / "runs.csv", index=False)
+            spreadsheet_safe(runs.frame).to_csv(tmp / "runs.csv", index=False)
             for kept in KEPT:
                 if (out / kept).is_file():
                     shutil.copy2(out / kept, tmp / kept)
@@ -290,10 +337,6 @@ def _main(argv: list[str] | None) -> int:
 
     matplotlib.use("Agg")  # files only; never a window
     args = parser().parse_args(argv)
-    if args.bootstrap < 0:
-        parser().error("--bootstrap must be >= 0")
-    if args.jobs < 1:
-        parser().error("--jobs must be >= 1")
     print(write_report(args))
     return 0
 

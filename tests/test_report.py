@@ -26,7 +26,10 @@ from analysis import report
 from analysis.reporting import figures, samples
 from analysis.reporting.provenance import portable
 from analysis.runs.synthetic import ChinchillaLaw
+from analysis.text import markdown_inline
 from pipeline import keys
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LAW = ChinchillaLaw(E=1.5, A=300.0, B=300.0, alpha=0.3, beta=0.3)  # N_opt = sqrt(C/6)
 BUDGETS = (1e12, 4e12, 1.6e13, 6.4e13)
@@ -86,7 +89,8 @@ def store(tmp_path_factory) -> str:
     return uri
 
 
-def _fake_sampler(run_id: str, prompt: str, tracking_uri: str | None) -> list[str]:
+def _fake_sampler(run_id: str, prompt: str, tracking_uri: str | None,
+                  corpus: str | None = None) -> list[str]:
     """The smallest model samples; every other run fails the way pipeline.sample does."""
     if run_id.endswith("s0"):
         return [sys.executable, "-c", f"print({SAMPLE_TEXT!r})"]
@@ -332,7 +336,7 @@ def test_samples_and_their_failure_are_reported(sweep_report):
     assert "**smallest model**: gpt-b3s0" in section and SAMPLE_TEXT in section
     assert ("**largest model**: gpt-b3s6 (run_id `b3s6`, N = 6,400,000): the sample could not "
             f"be produced: `pipeline.sample` failed: "
-            f"{SAMPLE_ERROR.replace('/nowhere/run1', '<local>/run1')}") in section
+            f"{SAMPLE_ERROR.replace('/nowhere/run1', '&lt;local>/run1')}") in section
 
 
 def test_sample_command_is_an_argument_list():
@@ -344,6 +348,27 @@ def test_sample_command_is_an_argument_list():
     assert cmd[cmd.index("--run-id") + 1] == "abc123" and cmd[cmd.index("--prompt") + 1] == "def "
     assert cmd[cmd.index("--max-new-tokens") + 1] == "200"
     assert cmd[cmd.index("--tracking-uri") + 1] == "sqlite:///x.db"
+    assert "--corpus" not in cmd  # a corpus only the ledger names is not read (untrusted.md)
+    cmd = samples.sample_command("abc123", "def ", None, corpus="/data/my corpus.txt")
+    assert cmd[cmd.index("--corpus") + 1] == "/data/my corpus.txt"
+
+
+def test_the_corpus_a_sweep_file_names_is_the_one_its_runs_record(tmp_path):
+    """The report passes the sweep file's corpus to pipeline.sample, which reads it only if
+    it equals the recorded one: same spelling as a sweep records (absolute)."""
+    from analysis.runs.planned import sweep_corpus
+    from pipeline.config import load_sweep
+    from pipeline.grid import data_spec_for
+
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "a.txt").write_text("hello " * 100)
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text((ROOT / "sweeps" / "quickstart.yaml").read_text()
+                     .replace("corpus: stdlib", "corpus: texts", 1))
+    assert sweep_corpus(sweep) == str(tmp_path / "texts")
+    assert sweep_corpus(sweep) == data_spec_for(load_sweep(sweep), sweep).corpus
+    sweep.write_text("not: a sweep\n")
+    assert sweep_corpus(sweep) is None
 
 
 def _alive(pid: int) -> bool:
@@ -438,8 +463,10 @@ def test_provenance_names_code_data_and_machine(sweep_report):
     section = md.split("## Provenance", 1)[1]
     sweep_file = sweep_report.parent.parent / "demo.yaml"
     digest = hashlib.sha256(sweep_file.read_bytes()).hexdigest()
-    assert f"sweep file: {portable(str(sweep_file.resolve()))} (sha256 {digest})" in section
-    assert "<local>/demo.yaml" in section and str(sweep_report.parent.parent) not in section
+    # <local> is escaped: a Markdown renderer would take it for an HTML tag and hide it
+    assert (f"sweep file: {markdown_inline(portable(str(sweep_file.resolve())))} "
+            f"(sha256 {digest})") in section
+    assert "&lt;local>/demo.yaml" in section and str(sweep_report.parent.parent) not in section
     assert "name: demo" in section  # the sweep file itself
     assert f"corpus fingerprint (sha256): {'c0ffee' * 4}" in section
     assert "corpus: stdlib; tokenizer: bytes" in section

@@ -47,6 +47,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import bmat, coo_matrix, diags
+from scipy.sparse.csgraph import connected_components
+from scipy.sparse.linalg import spsolve
 from scipy.stats import chi2
 from scipy.stats import f as f_dist
 
@@ -65,13 +68,25 @@ def _text(value: object) -> str:
     return str(value)
 
 
+def _texts(column: pd.Series) -> list[str]:
+    """_text of every value of a column. A number column is formatted once per distinct value
+    (by bit pattern, so -0.0 stays "-0"): 100,000 runs share a few thousand N, D and budgets,
+    and Series.map on them took seconds a call (three calls a fit)."""
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "fiu":
+        values = np.ascontiguousarray(column.to_numpy(dtype=float))
+        _, first, inverse = np.unique(values.view(np.int64), return_index=True,
+                                      return_inverse=True)
+        texts = [_text(v) for v in values[first]]
+        return [texts[i] for i in inverse.ravel()]
+    return [_text(v) for v in column.to_numpy(dtype=object)]
+
+
 def row_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
     """One string per row joining its ``columns`` (a missing column counts as blank)."""
-    key = pd.Series("", index=frame.index, dtype=object)
-    for name in columns:
-        part = frame[name].map(_text).astype(object) if name in frame.columns else ""
-        key = key + "|" + part
-    return key
+    blank = [""] * len(frame)
+    parts = [_texts(frame[name]) if name in frame.columns else blank for name in columns]
+    keys = ["|" + "|".join(row) for row in zip(*parts, strict=True)] if parts else blank
+    return pd.Series(keys, index=frame.index, dtype=object)
 
 
 def cell_keys(runs: RunsTable) -> pd.Series:
@@ -96,13 +111,17 @@ def first_draw(pairs: np.ndarray, rows: np.ndarray) -> int:
 def replicate_groups(runs: RunsTable) -> list[np.ndarray]:
     """Row positions of each replicate group: ≥ 2 runs of one cell, all with distinct draws
     (seed, data_seed)."""
+    if len(runs) == 0:
+        return []
     pairs = draws(runs)
-    groups = []
-    keys = cell_keys(runs).reset_index(drop=True)
-    for rows in keys.groupby(keys, sort=False).indices.values():
-        if rows.size >= 2 and np.unique(pairs[rows], axis=0).shape[0] == rows.size:
-            groups.append(np.sort(rows))
-    return groups
+    cell = pd.factorize(cell_keys(runs).to_numpy())[0]  # numbered by first appearance
+    order = np.argsort(cell, kind="stable")  # each cell's rows together, ascending
+    size = np.bincount(cell)
+    # Runs of a cell with distinct draws: as many (cell, seed, data_seed) as runs.
+    distinct = np.bincount(np.unique(np.column_stack([cell, pairs]), axis=0)[:, 0],
+                           minlength=size.size)
+    cells = np.split(order, np.cumsum(size)[:-1])
+    return [rows for rows, n, d in zip(cells, size, distinct, strict=True) if n >= 2 and d == n]
 
 
 @dataclass(frozen=True)
@@ -173,7 +192,10 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
     frame = runs.frame
     loss = runs.column("loss")
     pairs = draws(runs)
+    # Columns as arrays: frame.iloc per group cost ~1 ms, 20 s for a 100,000-run CSV.
     schedule = runs.values("schedule").astype(str).to_numpy()
+    family, run_id = frame["family"].to_numpy(dtype=object), frame["run_id"].to_numpy(object)
+    n, d, budget = runs.column("N"), runs.column("D"), runs.column("budget")
     sum_sq = sum_sq_log = 0.0
     dof = 0
     out = []
@@ -183,12 +205,12 @@ def estimate_noise(runs: RunsTable) -> NoiseEstimate | Skipped:
         logs = np.log(values)
         sum_sq_log += float(np.sum((logs - logs.mean()) ** 2))
         dof += rows.size - 1
-        first = frame.iloc[rows[0]]
+        first = rows[0]
         out.append(NoiseGroup(
-            family=str(first["family"]), N=float(first["N"]), D=float(first["D"]),
-            budget=float(first["budget"]), schedule=str(schedule[rows[0]]),
+            family=str(family[first]), N=float(n[first]), D=float(d[first]),
+            budget=float(budget[first]), schedule=str(schedule[first]),
             seeds=tuple(int(s) for s in pairs[rows, 0]),
-            run_ids=tuple(str(r) for r in frame["run_id"].iloc[rows]),
+            run_ids=tuple(str(r) for r in run_id[rows]),
             mean_loss=float(values.mean()), std_loss=float(values.std(ddof=1)),
             data_seeds=tuple(int(s) for s in pairs[rows, 1])))
     n_runs = int(sum(g.size for g in groups))
@@ -233,19 +255,37 @@ def _draw_model(values: np.ndarray, group: np.ndarray,
                 pairs: np.ndarray) -> tuple[float, int, int] | None:
     """Least squares of values on a mean per group plus an offset per draw: (residual sum of
     squares, its degrees of freedom, the offsets' degrees of freedom), or None when no draw
-    offset is separable from the groups or no degree of freedom would be left."""
+    offset is separable from the groups or no degree of freedom would be left.
+
+    Solved without the (runs x (groups + draws)) design matrix, which grows as the square of
+    the runs (a 100,000-run CSV of 10 seeds a cell: 8 GB, and hours of lstsq): its rank is
+    groups + draws - the connected components of the graph joining each group to its draws
+    (an offset added to a component's draws and taken from its groups' means changes no
+    fitted value), and the offsets are the least squares of the values centred within their
+    group on the draw indicators centred the same way (Frisch-Waugh-Lovell), whose normal
+    equations are (draws x draws) and sparse; one offset per component is fixed at 0.
+    """
     draw = np.unique(pairs, axis=0, return_inverse=True)[1].ravel()
-    n_groups = int(group.max()) + 1
-    design = np.zeros((values.size, n_groups + int(draw.max()) + 1))
-    design[np.arange(values.size), group] = 1.0
-    design[np.arange(values.size), n_groups + draw] = 1.0
-    coef, _, rank, _ = np.linalg.lstsq(design, values, rcond=None)
-    effect_dof, dof = int(rank) - n_groups, values.size - int(rank)
+    n_groups, n_draws = int(group.max()) + 1, int(draw.max()) + 1
+    cross = coo_matrix((np.ones(values.size), (group, draw)),
+                       shape=(n_groups, n_draws)).tocsr()  # runs of group g under draw d
+    n_parts, part = connected_components(bmat([[None, cross], [cross.T, None]]),
+                                         directed=False)
+    rank = n_groups + n_draws - n_parts
+    effect_dof, dof = rank - n_groups, values.size - rank
     if effect_dof <= 0 or dof <= 0:
         return None
-    resid = values - design @ coef
+    size = np.bincount(group, minlength=n_groups).astype(float)
+    within = values - (np.bincount(group, values, n_groups) / size)[group]
+    normal = (diags(np.bincount(draw, minlength=n_draws).astype(float))
+              - cross.T @ diags(1.0 / size) @ cross).tocsc()
+    free = np.ones(n_draws, dtype=bool)
+    free[np.unique(part[n_groups:], return_index=True)[1]] = False  # one per component
+    offset = np.zeros(n_draws)
+    offset[free] = spsolve(normal[free][:, free], np.bincount(draw, within, n_draws)[free])
+    fitted = offset[draw] - (np.bincount(group, offset[draw], n_groups) / size)[group]
+    resid = within - fitted
     rss = float(resid @ resid)
-    within = values - np.bincount(group, values)[group] / np.bincount(group)[group]
     if rss <= 1e-12 * float(within @ within):  # the offsets explain every difference:
         return None                            # no noise left to estimate (rounding only)
     return rss, dof, effect_dof
@@ -305,20 +345,30 @@ def collapse_replicates(runs: RunsTable) -> RunsTable:
     averaged under that run_id by collapse_curves.
     """
     frame = runs.frame.reset_index(drop=True)  # positions = labels below (a new frame)
-    frame["n_seeds"] = 1
-    frame["loss_std"] = np.nan
+    # Columns as arrays, set once at the end: a frame.loc assignment per group took ~7 ms
+    # (pandas' indexers), 70 s for the 10,000 groups of a 100,000-run CSV.
+    loss = frame["loss"].to_numpy(dtype=float)
+    mean, n_seeds, loss_std = loss.copy(), np.ones(len(frame), dtype=np.int64), \
+        np.full(len(frame), np.nan)
+    has_bpb = "val_bpb" in frame.columns
+    bpb = frame["val_bpb"].to_numpy(dtype=float) if has_bpb else np.full(len(frame), np.nan)
+    mean_bpb, bpb_set = bpb.copy(), False
     drop: list[int] = []
     pairs = draws(runs)
     for rows in replicate_groups(runs):
         keep = first_draw(pairs, rows)
-        values = frame["loss"].to_numpy(dtype=float)[rows]
-        frame.loc[keep, ["loss", "n_seeds", "loss_std"]] = (
-            float(values.mean()), rows.size, float(values.std(ddof=1)))
-        bpb = frame["val_bpb"].to_numpy(dtype=float)[rows] if "val_bpb" in frame.columns \
-            else np.array([np.nan])
-        if np.isfinite(bpb).any():
-            frame.loc[keep, "val_bpb"] = float(np.mean(bpb[np.isfinite(bpb)]))
+        values = loss[rows]
+        mean[keep], n_seeds[keep] = float(values.mean()), rows.size
+        loss_std[keep] = float(values.std(ddof=1))
+        finite = bpb[rows][np.isfinite(bpb[rows])]
+        if finite.size:
+            mean_bpb[keep], bpb_set = float(np.mean(finite)), True
         drop.extend(int(r) for r in rows if r != keep)
+    if drop:  # else the loss column as it was (its dtype too)
+        frame["loss"] = mean
+    frame["n_seeds"], frame["loss_std"] = n_seeds, loss_std
+    if bpb_set:
+        frame["val_bpb"] = mean_bpb
     if not drop:
         return runs.with_frame(frame)
     return runs.with_frame(frame.drop(index=drop).reset_index(drop=True))
@@ -330,8 +380,10 @@ def collapse_curves(runs: RunsTable, curves: pd.DataFrame | None) -> pd.DataFram
     the mean loss at each token count that every seed of the group evaluated (the runs of a
     cell share their eval schedule). Curves of other runs are unchanged. Without this, a
     cell's curve would be one seed's while its final loss is the mean of all of them."""
+    if curves is None or curves.empty:
+        return curves
     groups = replicate_groups(runs)
-    if curves is None or curves.empty or not groups:
+    if not groups:
         return curves
     ids = runs.frame["run_id"].astype(str).to_numpy()
     pairs = draws(runs)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.text import markdown_inline
+
 
 @dataclass(frozen=True)
 class Heading:
@@ -58,7 +60,7 @@ Block = Heading | Paragraph | Bullets | Table | Figure | Code
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return markdown_inline(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _fence(text: str) -> str:
@@ -70,12 +72,14 @@ def _fence(text: str) -> str:
 def to_markdown(blocks: Sequence[Block]) -> str:
     out: list[str] = []
     for block in blocks:
+        # Every text through markdown_inline: names from the ledger are in it (the one place
+        # they enter report.md; report.html escapes them in inline_html).
         if isinstance(block, Heading):
-            out.append(f"{'#' * block.level} {block.text}")
+            out.append(f"{'#' * block.level} {markdown_inline(block.text).replace(chr(10), ' ')}")
         elif isinstance(block, Paragraph):
-            out.append(block.text)
+            out.append(markdown_inline(block.text))
         elif isinstance(block, Bullets):
-            out.append("\n".join(f"- {item}" for item in block.items))
+            out.append("\n".join(f"- {markdown_inline(item)}" for item in block.items))
         elif isinstance(block, Table):
             align = [("---:" if block.numeric[i] else "---") if i < len(block.numeric)
                      else "---" for i in range(len(block.header))]
@@ -84,7 +88,8 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in block.rows]
             out.append("\n".join(lines))
         elif isinstance(block, Figure):
-            out.append(f"![{block.caption}]({block.path})\n\n*{block.caption}*")
+            caption = markdown_inline(block.caption)
+            out.append(f"![{caption}]({block.path})\n\n*{caption}*")
         elif isinstance(block, Code):
             fence = _fence(block.text)
             out.append(f"{fence}text\n{block.text}\n{fence}")

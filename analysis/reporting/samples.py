@@ -47,12 +47,17 @@ class Sample:
     """Why there is no text (None when there is)."""
 
 
-def sample_command(run_id: str, prompt: str, tracking_uri: str | None) -> list[str]:
-    """`python -m pipeline.sample ...`, run by `analysis.child` on behalf of this process."""
+def sample_command(run_id: str, prompt: str, tracking_uri: str | None,
+                   corpus: str | None = None) -> list[str]:
+    """`python -m pipeline.sample ...`, run by `analysis.child` on behalf of this process.
+    CORPUS: the one the user's sweep file names (pipeline.sample never reads a corpus that
+    only the ledger names: docs/untrusted.md)."""
     cmd = [sys.executable, "-m", "analysis.child", str(os.getpid()), "pipeline.sample",
            "--run-id", run_id, "--prompt", prompt, "--max-new-tokens", str(MAX_NEW_TOKENS)]
     if tracking_uri:
         cmd += ["--tracking-uri", tracking_uri]
+    if corpus:
+        cmd += ["--corpus", corpus]
     return cmd
 
 
@@ -94,7 +99,7 @@ class SampleJobs:
 
     def __init__(self, picked: list[Picked], *, prompt: str,
                  tracking_uri: str | None, timeout_s: float = TIMEOUT_S,
-                 recorded: dict[str, str] | None = None) -> None:
+                 recorded: dict[str, str] | None = None, corpus: str | None = None) -> None:
         self.prompt = prompt
         self.timeout_s = timeout_s
         self.started = time.monotonic()
@@ -107,7 +112,7 @@ class SampleJobs:
                 continue
             try:
                 proc: subprocess.Popen | str = subprocess.Popen(
-                    sample_command(run_id, prompt, tracking_uri), stdout=subprocess.PIPE,
+                    sample_command(run_id, prompt, tracking_uri, corpus), stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
                     errors="replace", env=env)
             except OSError as err:
@@ -149,13 +154,15 @@ class SampleJobs:
 
 @contextmanager
 def sample_jobs(runs: RunsTable, *, tracking_uri: str | None, prompt: str = PROMPT,
-                timeout_s: float = TIMEOUT_S) -> Iterator[SampleJobs]:
-    """Start the samples; whatever happens in the block, no subprocess outlives it."""
+                timeout_s: float = TIMEOUT_S, corpus: str | None = None
+                ) -> Iterator[SampleJobs]:
+    """Start the samples; whatever happens in the block, no subprocess outlives it. CORPUS:
+    the corpus the user's sweep file names, which the samples may read (sample_command)."""
     # A masked LM or a classifier does not generate (pipeline.sample refuses it).
     picked = pick_runs(runs) if runs.generates else []
     recorded = recorded_samples([p[1] for p in picked], tracking_uri, prompt)
     jobs = SampleJobs(picked, prompt=prompt, tracking_uri=tracking_uri, timeout_s=timeout_s,
-                      recorded=recorded)
+                      recorded=recorded, corpus=corpus)
     try:
         yield jobs
     finally:

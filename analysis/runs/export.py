@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.errors import DataError
+from analysis.inputs import read_input
 from analysis.runs.table import CURVE_COLUMNS, Excluded, RunsTable
 
 FORMAT = "scaling-runs-export"
@@ -86,28 +87,31 @@ def write_export(path: Path, runs: RunsTable, curves: pd.DataFrame | None, *,
                     encoding="utf-8")
 
 
-def export_name(path: str | Path) -> str:
+def export_name(path: str | Path, option: str = "--export") -> str:
     """The name recorded in an export (the sweep's); read_export validates the rest."""
-    _, _, name = _read(Path(path))
+    _, _, name = _read(Path(path), option)
     return name
 
 
-def export_convention(path: str | Path) -> str:
+def export_convention(path: str | Path, option: str = "--export") -> str:
     """The FLOP convention of an export's C column."""
-    runs, _, _ = _read(Path(path))
+    runs, _, _ = _read(Path(path), option)
     return runs.c_convention
 
 
-def read_export(path: str | Path) -> tuple[RunsTable, pd.DataFrame | None]:
-    """The runs and curves of an export; DataError naming the file and field otherwise."""
-    runs, curves, _ = _read(Path(path))
+def read_export(path: str | Path,
+                option: str = "--export") -> tuple[RunsTable, pd.DataFrame | None]:
+    """The runs and curves of an export; DataError naming the file and field otherwise
+    (``option``: the argument that gave ``path``; a FIFO or device is refused unread)."""
+    runs, curves, _ = _read(Path(path), option)
     return runs, curves
 
 
-def _read(path: Path) -> tuple[RunsTable, pd.DataFrame | None, str]:
+def _read(path: Path, option: str) -> tuple[RunsTable, pd.DataFrame | None, str]:
+    raw = read_input(path, option)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise DataError(f"{path}: cannot read as a runs export ({e})") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DataError(f"{path}: not a runs export (no \"format\": \"{FORMAT}\")")

@@ -22,6 +22,7 @@ and the column.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -35,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import DataError
+from analysis.inputs import read_input
 from analysis.runs.table import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
 from pipeline import keys
 
@@ -352,11 +354,13 @@ def _optional_columns(source: pd.DataFrame, table: pd.DataFrame, path: Path) -> 
 def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = None,
              c_col: str | None = None, loss_col: str | None = None,
              budget_col: str | None = None, drop_highest_loss: int = 0,
-             log: Log = _stderr) -> RunsTable:
-    """Published runs from a CSV (one row per run). See the module docstring."""
+             log: Log = _stderr, option: str = "--csv") -> RunsTable:
+    """Published runs from a CSV (one row per run). See the module docstring. ``option``
+    names the argument that gave ``path`` in errors (a FIFO or device is refused unread)."""
     path = Path(path)
+    data = read_input(path, option)
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(io.BytesIO(data))
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text (byte {err.object[err.start:err.start + 1]!r}"
                         f" at offset {err.start}); a CSV of runs is text") from err

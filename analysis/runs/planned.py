@@ -64,3 +64,17 @@ def restrict_to_sweep_file(runs: RunsTable, sweep_file: str | Path) -> RunsTable
         return runs
     return restrict_to_plan(runs, planned_run_ids(cfg, held_out_cells(runs), sweep_file, vocab),
                             sweep_file)
+
+
+def sweep_corpus(sweep_file: str | Path) -> str | None:
+    """The corpus ``sweep_file`` names, spelled as its runs record it (a relative path made
+    absolute against the file), or None where the file cannot be read as a sweep. The report
+    passes it to `pipeline.sample --corpus`: a sample reads a corpus that a ledger names only
+    when the user's own sweep file names it too (pipeline/sample.py, docs/untrusted.md)."""
+    from pipeline.config import SweepError, load_sweep
+    from pipeline.grid import data_spec_for
+
+    try:
+        return data_spec_for(load_sweep(sweep_file), sweep_file).corpus
+    except SweepError:
+        return None

@@ -1,0 +1,211 @@
+"""The file, name and number arguments of the analysis CLIs, checked before anything is read,
+fitted or written.
+
+Why one module: fit, predict, report and compare take paths, names and numbers that a user may
+have been handed by someone else (a collaborator's CSV or runs export, a name copied from a
+ledger). Each refusal is an ``InputError`` naming the option and the value, raised before any
+output exists; ``analysis.cli.run_main`` prints it as one ``error:`` line and returns 2, so a
+refused command leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from analysis.errors import DataError
+
+MAX_INPUT_BYTES = 256 * 2**20
+"""Largest CSV or runs export read: 256 MiB. Why: the largest sweep the pipeline plans
+(pipeline.config MAX_RUNS, 10,000 runs) exports ~11 MB at the default 8 evals per run (the
+committed exports: ~850 bytes a run), and a 100,000-row runs.csv is ~50 MB (~500 bytes a row
+with every column), so real inputs stay 5-20x under it; parsed, 256 MiB of JSON is a few GB of
+Python objects, which the 24 GiB machines hold, where /dev/zero would take them all."""
+MAX_NAME_BYTES = 200
+"""Longest report name: the file system's 255-byte limit on a name (ext4, tmpfs) less the
+staging folder's ".<name>.partial-XXXXXXXX" (analysis.report.staged_folder: 18 bytes more)."""
+MAX_BOOTSTRAP = 100_000
+"""Most bootstrap resamples: 100x the 1,000 that percentile intervals need (Efron &
+Tibshirani 1993, ch. 13); more only costs time (the report's 400 take ~16 s of CPU)."""
+MAX_SEED = 2**63 - 1
+"""Seeds go to numpy's default_rng (non-negative) and are stored as int64 in fit.json readers."""
+
+
+class InputError(DataError):
+    """An argument (a path, a name or a number) that the command refuses; names both."""
+
+
+def _shown(value: object) -> str:
+    """A name as the error line shows it: quoted, so that an empty one shows too. (Paths are
+    shown as they are; run_main escapes any control character of the line.)"""
+    return repr(str(value))
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _check_regular(st: os.stat_result, option: str, path: object) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{option} {path}: is {_kind(st.st_mode)}, not a file")
+    if st.st_size > MAX_INPUT_BYTES:
+        raise InputError(f"{option} {path}: is {st.st_size:,} bytes; inputs are read "
+                         f"up to {MAX_INPUT_BYTES:,} (analysis.inputs.MAX_INPUT_BYTES)")
+
+
+def read_input(path: str | Path, option: str) -> bytes:
+    """The bytes of a regular file of at most MAX_INPUT_BYTES; InputError otherwise.
+
+    Checked by name before it is opened (stat follows links, so a link to /dev/zero is a
+    device): a FIFO would block the open until a writer comes, a device may never end. Then
+    opened without blocking and checked again on the descriptor (the name may have been
+    swapped meanwhile), and read to the cap plus one byte: a file that grows, or a /proc file
+    (its stat says 0 bytes), cannot get past the cap.
+    """
+    try:
+        _check_regular(os.stat(path), option, path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise InputError(f"{option} {path}: cannot read: {e.strerror or e}") from e
+    try:
+        with os.fdopen(fd, "rb") as f:
+            _check_regular(os.fstat(f.fileno()), option, path)
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as e:
+        raise InputError(f"{option} {path}: cannot read: {e.strerror or e}") from e
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{option} {path}: is over {MAX_INPUT_BYTES:,} bytes "
+                         "(analysis.inputs.MAX_INPUT_BYTES)")
+    return data
+
+
+def check_name(name: str, option: str) -> str:
+    """A name that becomes one folder under reports/ (never a path): InputError otherwise."""
+    problem = None
+    if not name:
+        problem = "is empty"
+    elif "/" in name or "\\" in name:
+        problem = "holds a / or \\: a name is one folder (--out takes a path)"
+    elif name.startswith(".") or ".." in name:
+        problem = "starts with a dot or holds '..' (no hidden folder, no way up)"
+    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        problem = "holds a control character"
+    else:
+        try:
+            size = len(os.fsencode(name))
+        except UnicodeError:
+            size = -1
+        if size < 0:
+            problem = "cannot be a file name here (not encodable)"
+        elif size > MAX_NAME_BYTES:
+            problem = f"is {size} bytes, over {MAX_NAME_BYTES} (analysis.inputs.MAX_NAME_BYTES)"
+    if problem is not None:
+        raise InputError(f"{option} {_shown(name)}: {problem}")
+    return name
+
+
+def finite_positive(text: str) -> float:
+    """argparse type: a finite number > 0 (FLOPs, budgets)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def integer_in(low: int, high: int, why: str = "") -> Callable[[str], int]:
+    """argparse type: an integer from ``low`` to ``high`` (``why``: where the bound comes from)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be from {low:,} to {high:,}{why}, got {text!r}")
+        return value
+
+    parse.__name__ = "integer"  # argparse's "invalid integer value" wording
+    return parse
+
+
+BOOTSTRAP = integer_in(0, MAX_BOOTSTRAP, " (analysis.inputs.MAX_BOOTSTRAP)")
+SEED = integer_in(0, MAX_SEED, " (numpy seeds are non-negative)")
+
+
+def jobs(text: str) -> int:
+    """argparse type of --jobs: 1 to 4 processes a core (each worker is one single-threaded
+    process of ~150 MB: more only queue, and a typo must not start thousands)."""
+    return integer_in(1, 4 * (os.cpu_count() or 1), " (4 a core)")(text)
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """The folders of ``folder`` that do not exist yet, outermost first: what a writer would
+    make, and remove again on failure. "." and ".." name no folder of their own (rmdir of
+    "a/.." would be the folder above), so they are passed over."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        if folder.name not in (".", ".."):
+            missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+def check_new_file(path: Path, option: str) -> None:
+    """A file that may be created at ``path``: not there yet, its folder a writable folder
+    (or creatable). Creates nothing."""
+    from pipeline.ledger.store import folder_problem
+
+    try:
+        there = os.path.lexists(path)
+    except (OSError, ValueError) as e:  # a name over the limit; a NUL byte
+        raise InputError(f"{option} {path}: {e}") from e
+    if there:
+        raise InputError(f"{option} {path}: exists; {option} never replaces a file (give a "
+                         "new name)")
+    if problem := folder_problem(path.parent):
+        raise InputError(f"{option} {path}: {problem}")
+
+
+def write_new_file(path: Path, text: str, option: str) -> None:
+    """Write ``text`` to a new file at ``path``, whole or not at all (a temporary file in the
+    same folder, then renamed). The folders it needs are created here, after every check, and
+    removed again if the write fails."""
+    check_new_file(path, option)
+    made: list[Path] = []
+    tmp, done = None, False
+    try:
+        for folder in missing_folders(Path.cwd() / path.parent):
+            folder.mkdir()
+            made.append(folder)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if os.path.lexists(path):  # made meanwhile by another process: still never replaced
+            raise InputError(f"{option} {path}: exists; {option} never replaces a file")
+        os.replace(tmp, path)
+        done = True
+    except OSError as e:
+        raise InputError(f"{option} {path}: cannot write: {e.strerror or e}") from e
+    finally:
+        if not done:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            for folder in reversed(made):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break  # not empty: someone else's file went in meanwhile

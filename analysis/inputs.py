@@ -158,7 +158,9 @@ def missing_folders(folder: Path) -> list[Path]:
     "a/.." would be the folder above), so they are passed over."""
     missing = []
     while not os.path.lexists(folder) and folder != folder.parent:
-        if folder.name not in (".", ".."):
+        # "new/../old" does not exist while new does not, yet it is old once the writer made
+        # new: a folder that exists under its normalised name is not the writer's to remove.
+        if folder.name not in (".", "..") and not os.path.lexists(os.path.normpath(folder)):
             missing.append(folder)
         folder = folder.parent
     return missing[::-1]

@@ -30,7 +30,9 @@ def fmt_interval(iv: Interval | None) -> str:
 # Sweep, run, family and corpus names come from a ledger or a file someone else wrote: what
 # they hold must reach a reader as text, never as markup or a formula.
 
-_CODE_SPAN = re.compile(r"(`[^`]+`)")
+_CODE_SPAN = re.compile(r"(`[^`\n]+`)")
+"""A code span on one line: one that spans lines could hold a line that a renderer reads as
+the start of a raw HTML block (a name "x`\n<div ...>`" did)."""
 _MARKDOWN_ACTIVE = re.compile(r"[\\`<]|&(?=#?[0-9A-Za-z]+;)|\](?=[(\[:])")
 """What a Markdown renderer acts on in plain text, and nothing more (report.md stays readable
 as text, intervals [0.45, 0.46] included): < (a tag, comment or autolink <javascript:...>) and

@@ -311,3 +311,24 @@ def test_a_20000_run_csv_fits_in_linear_time(tmp_path: Path,
     assert out["approaches"]["2"]["status"] == "ok"
     assert out["noise"]["balanced"] and out["noise"]["n_groups"] == 2_000
     assert cpu < 20.0, f"{cpu:.1f} s of CPU for {rows} runs"
+
+
+def test_a_folder_that_existed_is_never_counted_as_made(tmp_path: Path, monkeypatch) -> None:
+    """new/../old does not exist while new does not, but it is old once new is made: a
+    failed report must not remove old (found by review: Ctrl-C while the figures were drawn
+    removed an empty folder that existed before)."""
+    from analysis.inputs import missing_folders
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "old").mkdir()
+    made = missing_folders(tmp_path / "new" / ".." / "old" / "report")
+    assert made == [tmp_path / "new", tmp_path / "new" / ".." / "old" / "report"]
+
+
+def test_a_code_span_never_spans_lines_in_markdown() -> None:
+    """A name "x`<newline><div ...>`" would open a raw HTML block inside a code span that
+    spans lines; one-line code spans stay as they are."""
+    from analysis.text import markdown_inline
+
+    assert "<div" not in markdown_inline("x`\n<div onmouseover=alert(1)>hi</div>\n`")
+    assert markdown_inline("a `<local>` b") == "a `<local>` b"

@@ -282,11 +282,11 @@ def test_55k_seeds_are_refused_in_well_under_a_few_seconds(
         folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seeds = ", ".join(str(i) for i in range(55_000))
     sweep = _with_train(folder, f"  seeds: [{seeds}]\n")
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU: a loaded machine stretches wall time
     _refused(sweep_main, [str(sweep), "--dry-run"], folder, capsys,
              f"{sweep}: train.seeds: a list of 55,000 items; at most 10,000")
-    wall = time.perf_counter() - t0
-    assert wall < 3, wall  # 4.3-6.9 s before (PyYAML's pure-Python parser), ~0.2 s now
+    cpu = time.process_time() - t0
+    assert cpu < 3, cpu  # 4.3-6.9 s before (PyYAML's pure-Python parser), ~0.2 s now
 
 
 def test_lists_within_the_cap_are_checked_in_linear_time(
@@ -296,10 +296,10 @@ def test_lists_within_the_cap_are_checked_in_linear_time(
     more = ", ".join(str(i) for i in range(9_000, 18_000))
     sweep = _with_train(folder, f"  seeds: [{seeds}]\n",
                         f"  replicates:\n    budgets: [3e9]\n    seeds: [{more}]\n")
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU, not wall: a loaded CI machine stretched 1.5 s to 7 s
     _refused(sweep_main, [str(sweep), "--dry-run"], folder, capsys,
              "isoflop: plans 2 budgets x 2 sizes x 9000 seeds + 18000 replicate(s)")
-    assert time.perf_counter() - t0 < 3
+    assert time.process_time() - t0 < 5  # quadratic, the replicate check alone took 35 s
 
 
 def test_thousands_of_problems_are_counted_not_listed(

@@ -47,6 +47,7 @@ from pipeline.ledger.untrusted_store import (
     localize,
     occurrences,
     rewrite,
+    verify_localized,
 )
 from pipeline.ledger.untrusted_tar import (
     ARTIFACTS,
@@ -186,7 +187,10 @@ def pack(folder: Path, out: Path, *, checkpoints: bool = True, force: bool = Fal
     if not db_path.is_file():
         raise LedgerArchiveError(f"{folder}: no {DB} here: run pack in (or --folder) the sweep's "
                                  "working folder")
-    problem = _out_problem(folder, out, force)
+    try:
+        problem = _out_problem(folder, out, force)
+    except OSError as e:  # a name too long for the file system, a folder we may not read
+        problem = f"cannot be checked ({e.strerror or e})"
     if problem:
         raise LedgerArchiveError(f"{out}: {problem}")
     try:
@@ -264,6 +268,7 @@ def unpack(archive: Path, folder: Path) -> int:
         extract(archive, stage)
         check_store(stage / DB, folder, f"{archive}: {DB}")  # read-only; raises if not safe
         localize(stage / DB, folder)
+        verify_localized(stage / DB, folder, f"{archive}: {DB}")
         with closing(connect(stage / DB, read_only=True)) as db:
             n = len(_trials(db))
         for entry in ENTRIES:
@@ -271,7 +276,7 @@ def unpack(archive: Path, folder: Path) -> int:
                 os.replace(stage / entry, folder / entry)
                 moved.append(folder / entry)
         done = True
-    except (OSError, sqlite3.Error) as e:
+    except (OSError, sqlite3.Error, ValueError) as e:
         raise LedgerArchiveError(f"{archive}: cannot unpack into {folder} "
                                  f"({type(e).__name__}: {e})") from e
     finally:  # also on KeyboardInterrupt, and on SIGTERM (main makes it an exception)

@@ -23,8 +23,9 @@ import importlib.util
 import os
 import re
 import sqlite3
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -102,14 +103,30 @@ def known_revisions() -> frozenset[str]:
     return frozenset(found)
 
 
+SQL_DEADLINE_S = 60.0
+"""Most seconds the statements on one connection to an untrusted store may take together. A
+real ledger's checks and rewrite take well under a second (the committed ones: 0.2-0.7 s for
+the whole unpack); a store can still hold SQL of its own making that runs on every write (a
+generated column computing a 200 MB string per row hung the rewrite for minutes, out of
+reach of SIGTERM while inside one statement). Past the deadline sqlite aborts the statement
+("interrupted"), which unpack reports as an error."""
+
+
+def _deadline(seconds: float) -> Callable[[], int]:
+    end = time.monotonic() + seconds
+    return lambda: int(time.monotonic() > end)  # non-zero: sqlite interrupts the statement
+
+
 def connect(db: Path, *, read_only: bool) -> sqlite3.Connection:
     """A connection that runs no SQL function of the schema's making that could do harm
     (trusted_schema=off) and evaluates no CHECK constraint of it (those are the store's SQL
-    too, and quick_check would run them); read-only also at the file (mode=ro)."""
+    too, and quick_check would run them); read-only also at the file (mode=ro); interrupted
+    after SQL_DEADLINE_S."""
     if read_only:
         conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     else:
         conn = sqlite3.connect(db)
+    conn.set_progress_handler(_deadline(SQL_DEADLINE_S), 10_000)  # checked every 10k VM steps
     conn.execute("pragma trusted_schema = off")
     conn.execute("pragma ignore_check_constraints = on")
     if read_only:
@@ -167,7 +184,10 @@ def _inside(value: str, folder: Path) -> bool:
     """Whether VALUE, a path or a file: URI, is an absolute path in FOLDER (resolved), any link
     already there followed. A `..` is refused, not collapsed: after a link it goes elsewhere
     than the text says, and no ledger written by `pack` has one."""
-    path = _local_path(value)
+    try:
+        path = _local_path(value)
+    except ValueError:  # not a URI at all (urlsplit: "Invalid IPv6 URL" for file://[...)
+        return False
     if not os.path.isabs(path) or "\0" in path:  # a NUL: no path, and resolve() would raise
         return False
     if ".." in path.split("/"):
@@ -184,16 +204,19 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _stored_paths(db: sqlite3.Connection) -> Iterator[tuple[str, str]]:
+def _stored_paths(db: sqlite3.Connection, *, skip_default: bool = True
+                  ) -> Iterator[tuple[str, str]]:
     """(where, stored value) of every path the store carries: every artifact location (each
-    must be a path), every checkpoint_dir tag but an empty one, every other tag or param whose
-    value is an absolute path or a file: URI."""
+    must be a path; the Default experiment's too unless SKIP_DEFAULT, which localize moves),
+    every checkpoint_dir tag but an empty one, every other tag or param whose value is an
+    absolute path or a file: URI."""
     tables = {r[0] for r in db.execute("select name from sqlite_master where type = 'table'")}
     for table, column, key in ARTIFACT_COLUMNS:
         if table in tables:
             for ident, value in db.execute(f"select {key}, {column} from {table} "
                                            f"where {column} is not null"):
-                if not (table == "experiments" and str(ident) == DEFAULT_EXPERIMENT):
+                if not (skip_default and table == "experiments"
+                        and str(ident) == DEFAULT_EXPERIMENT):
                     yield f"{table}.{column} of {key} {shown(str(ident))}", _text(value)
     for table, owner in TAG_TABLES:
         for ident, key, value in db.execute(
@@ -282,6 +305,24 @@ def localize(db_path: Path, folder: Path) -> None:
             db.execute("update experiments set artifact_location = ? where experiment_id = ?",
                        (str(folder / "mlruns" / DEFAULT_EXPERIMENT), DEFAULT_EXPERIMENT))
         db.commit()
+
+
+def verify_localized(db_path: Path, folder: Path, label: str) -> None:
+    """After localize: every path the store now carries, the Default experiment's included,
+    read back from the store itself, lies in FOLDER. check_store predicted the rewrite in
+    Python; a store whose schema differs from MLflow's (a path column declared BLOB, which the
+    rewrite passes over; an experiment id stored so that localize's lookup misses it) would
+    otherwise keep a path outside."""
+    folder = folder.resolve()
+    try:
+        with closing(connect(db_path, read_only=True)) as db:
+            for where, value in _stored_paths(db, skip_default=False):
+                if not _inside(value, folder):
+                    raise LedgerArchiveError(f"{label}: {where} is {shown(value)} after the "
+                                             f"rewrite, not a path inside {folder}")
+    except sqlite3.Error as e:
+        raise LedgerArchiveError(f"{label}: cannot be read as an SQLite database "
+                                 f"({type(e).__name__}: {e})") from e
 
 
 def occurrences(db: sqlite3.Connection, text: str) -> list[str]:

@@ -75,6 +75,12 @@ class _BoundedTarInfo(tarfile.TarInfo):
         self._check_header()
         return super()._proc_pax(tar)  # type: ignore[misc]
 
+    def _proc_sparse(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        # An old-GNU sparse member's chain of "isextended" blocks is read whole into a map
+        # before the member is returned (a 178 KB archive took 168 MB and 8.7 s); `pack`
+        # never writes one, so it is refused before the chain is read.
+        raise LedgerArchiveError(f"member {shown(self.name)}: a sparse file (pack writes none)")
+
 
 def _parts(member: tarfile.TarInfo) -> tuple[str, ...]:
     """The checked path of MEMBER inside the ledger, as components; raises if it is not one
@@ -185,8 +191,10 @@ def extract(archive: Path, stage: Path) -> None:
                 total = _extract_member(tar, member, parts, stage, total, budget)
     except LedgerArchiveError as e:
         raise LedgerArchiveError(f"{archive}: {e}") from None
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-        raise LedgerArchiveError(f"{archive}: cannot be read as a gzipped tar ({e})") from e
+    except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError, IndexError,
+            RecursionError) as e:  # tarfile's parsing of a crafted header raises all of these
+        raise LedgerArchiveError(f"{archive}: cannot be read as a gzipped tar "
+                                 f"({type(e).__name__}: {shown(str(e))})") from None
     if (DB,) not in seen:
         raise LedgerArchiveError(f"{archive}: not a ledger archive: no {DB} at its top "
                                  f"(expected {DB} and optionally {ARTIFACTS}/, {CHECKPOINTS}/)")

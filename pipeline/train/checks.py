@@ -13,6 +13,7 @@ the step count, the warmup, the experiment name, the device and the memory of th
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 from typing import NoReturn
@@ -145,6 +146,16 @@ def check_experiment(name: str, checkpoint_dir: str) -> None:
 
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(?::(\d{1,4}))?")
+
+
+def check_threads(threads: int) -> None:
+    """At most this machine's CPUs, as a sweep's resources.num_cpus is (pipeline/driver/
+    capacity.py): torch's thread pools oversubscribed past them crawl (4,096 threads on 2
+    cores had not done 10 steps in 120 s) and 100,000 crashed the process in its forward
+    pass (SIGSEGV), leaving the MLflow run RUNNING."""
+    cpus = os.cpu_count() or 1
+    if threads > cpus:
+        raise OptionError(f"--threads {threads}: more than this machine's {cpus} CPUs")
 
 
 def check_device(name: str, option: str = "--device") -> torch.device:

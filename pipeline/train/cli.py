@@ -54,6 +54,7 @@ from pipeline.train.checks import (
     check_memory,
     check_schema_bounds,
     check_steps,
+    check_threads,
 )
 from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
 
@@ -180,6 +181,7 @@ def check_options(args: argparse.Namespace) -> Checked:
     mask_rate = _mask_rate(args)
     _check_evals(args)
     check_schema_bounds(args)
+    check_threads(args.threads)
     check_experiment(args.experiment, args.checkpoint_dir)
     data_spec = _data_spec(args)
     images = objective(args.family) == "classify"

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from analysis.errors import DataError
+from pipeline.ledger.store import folder_problem
 
 MAX_INPUT_BYTES = 256 * 2**20
 """Largest CSV or runs export read: 256 MiB. Why: the largest sweep the pipeline plans
@@ -169,8 +170,6 @@ def missing_folders(folder: Path) -> list[Path]:
 def check_new_file(path: Path, option: str) -> None:
     """A file that may be created at ``path``: not there yet, its folder a writable folder
     (or creatable). Creates nothing."""
-    from pipeline.ledger.store import folder_problem
-
     try:
         there = os.path.lexists(path)
     except (OSError, ValueError) as e:  # a name over the limit; a NUL byte

@@ -21,7 +21,7 @@ import yaml
 
 from analysis.errors import DataError
 from analysis.inputs import write_new_file
-from pipeline.config import SweepError, _check_corpus, load_sweep, parse_sweep, resolve_corpus
+from pipeline.config import SweepError, check_sweep_text, load_sweep, resolve_corpus
 from pipeline.config.yaml_reader import _read_yaml
 from pipeline.spec import STDLIB_CORPORA
 from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
@@ -100,7 +100,7 @@ def validate_next_sweep(out: Path, text: str, option: str = "--write") -> None:
     """DataError unless ``text`` is a sweep file that load_sweep would accept at ``out``
     (its schema, and its corpus relative to ``out``'s folder). Reads and writes nothing."""
     try:
-        _check_corpus(parse_sweep(text, out), out)
+        check_sweep_text(text, out)
     except SweepError as e:
         raise DataError(f"{option} {out}: the written sweep file would not validate: {e}") \
             from e

@@ -64,8 +64,8 @@ __all__ = [
     "MAX_COUNT", "MAX_D_MODEL", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_RUNS", "VARIANT_EXCLUDED",
     "DataSection", "GridSection", "HoldoutSection", "IsoflopSection", "ReplicatesSection",
     "ResourcesSection", "RunEntry", "ShapeOverride", "ShapeSection", "SizesSection",
-    "SweepConfig", "SweepError", "TrainSection", "_Loader", "load_sweep", "parse_sweep",
-    "resolve_corpus",
+    "SweepConfig", "SweepError", "TrainSection", "_Loader", "check_sweep_text", "load_sweep",
+    "parse_sweep", "resolve_corpus",
 ]
 
 
@@ -112,6 +112,13 @@ def load_sweep(path: str | Path) -> SweepConfig:
         raise SweepError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise SweepError(f"{path}: cannot read: {e.strerror or e}") from None
+    return check_sweep_text(text, path)
+
+
+def check_sweep_text(text: str, path: Path) -> SweepConfig:
+    """TEXT validated as load_sweep validates a sweep file at PATH: its schema, and its corpus
+    relative to PATH's folder (regular files only). Reads no sweep file: for a sweep that is
+    about to be written there (analysis.predict --write)."""
     cfg = parse_sweep(text, path)
     _check_corpus(cfg, path)
     return cfg

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from analysis.errors import DataError
-from pipeline.ledger.store import folder_problem
+from pipeline.vocab.store import folder_problem
 
 MAX_INPUT_BYTES = 256 * 2**20
 """Largest CSV or runs export read: 256 MiB. Why: the largest sweep the pipeline plans

@@ -23,8 +23,8 @@ from analysis.errors import DataError
 from analysis.inputs import write_new_file
 from pipeline.config import SweepError, check_sweep_text, load_sweep, resolve_corpus
 from pipeline.config.yaml_reader import _read_yaml
-from pipeline.spec import STDLIB_CORPORA
 from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
+from pipeline.vocab.spec import STDLIB_CORPORA
 
 DEFAULT_COUNT = 5
 """Sizes at the new budget when the source plans none by count (a grid or explicit runs)."""

@@ -49,7 +49,7 @@ from analysis.runs.planned import sweep_corpus
 from analysis.schema import analysis_to_json
 from analysis.text import spreadsheet_cell
 from pipeline.data.files import DiskFullError, disk_full
-from pipeline.ledger.store import folder_problem
+from pipeline.vocab.store import folder_problem
 
 DEFAULT_BOOTSTRAP = 400
 """Fewer than `analysis.fit`'s 1000: the Approach 3 bootstrap is ~95% of a report's time

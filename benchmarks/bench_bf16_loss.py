@@ -20,8 +20,8 @@ import time
 import benchlib as bl
 import variants
 
-from pipeline import flops
 from pipeline.train import train
+from pipeline.vocab import flops
 
 PRECISIONS = {
     "fp32": ("fp32", ()),

@@ -50,7 +50,7 @@ def from_store(uri: str, sweep: str) -> pd.DataFrame:
         "d_model": runs["params.model.d_model"].astype(int),
         "n_layer": runs["params.model.n_layer"].astype(int),
         "seed": runs["params.train.seed"].astype(int),
-        # fp32 on the CPU is planned as "auto" since 2026-12-05 (pipeline/recipe.py)
+        # fp32 on the CPU is planned as "auto" since 2026-12-05 (pipeline/vocab/recipe.py)
         "precision": _treatment(runs),
         "final_val_loss": runs["metrics.final/val_loss"].astype(float),
         "wall_s": runs["metrics.final/wall_s"].astype(float),
@@ -145,7 +145,7 @@ SPEED_SHAPES = (
 
 
 def speed(reps: int, window_s: float) -> None:
-    from pipeline.families import make_config
+    from pipeline.vocab.families import make_config
 
     data = bl.bench_data()
     rows = []

@@ -23,8 +23,8 @@ import benchlib as bl
 def one(mode: str) -> None:
     import torch
 
-    from pipeline.families import make_config
     from pipeline.model import build_model
+    from pipeline.vocab.families import make_config
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

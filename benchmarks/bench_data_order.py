@@ -57,8 +57,8 @@ def shared_order_spec(budget: float, size: int, seed: int):
 def _train(job: tuple[float, int, int, int, float]) -> dict:
     import torch
 
-    from pipeline.flops import params_total
     from pipeline.train import NullTracker, train
+    from pipeline.vocab.flops import params_total
 
     torch.set_num_threads(1)
     budget, size, seed, eval_interval, lr_factor = job

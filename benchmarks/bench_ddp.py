@@ -25,11 +25,11 @@ def main() -> int:
     import ray
 
     from pipeline.data import load_data
-    from pipeline.families import make_config
-    from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
     from pipeline.tracking import Ledger
     from pipeline.train import NullTracker, train
     from pipeline.trial import run_data_parallel
+    from pipeline.vocab.families import make_config
+    from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
     data_spec = DataSpec(max_bytes=3_000_000)
     data = load_data(data_spec)

@@ -9,7 +9,7 @@
 2. Ledger: synthetic finished runs written into a temporary sqlite MLflow store with
    MlflowClient, with what pipeline.tracking writes for a finished trial (tags kind=trial,
    status=finished, run_id, sweep, family, budget; the spec as params; the summary metrics of
-   pipeline.keys; the eval curve as metric history and as the curve.json artifact),
+   pipeline.vocab.keys; the eval curve as metric history and as the curve.json artifact),
    log_batch'ed. Losses follow Chinchilla's law (analysis.runs.synthetic.ChinchillaLaw) on an
    IsoFLOP grid with 1% noise. At 250, 500, 1,000 and 2,000 runs: analysis.runs.load.load_sweep
    (with and without curves) and analysis.analyze.analyze (all approaches, point fits:
@@ -100,8 +100,8 @@ def synthetic_rows(count: int, start: int, seed: int = 0) -> list[dict]:
 def write_runs(client, experiment_id: str, sweep: str, rows: list[dict]) -> None:
     from mlflow.entities import Metric, Param, RunTag
 
-    from pipeline import keys
-    from pipeline.flops import CONVENTIONS
+    from pipeline.vocab import keys
+    from pipeline.vocab.flops import CONVENTIONS
 
     now = int(time.time() * 1000)
     for r in rows:

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis.runs import load as load_module
-from pipeline import keys
 from pipeline.trial import curve_tag
+from pipeline.vocab import keys
 
 
 def build_store(root: Path, n_runs: int) -> str:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_estimate import MEASURE  # noqa: E402 - the same measurement as the test
 
 from pipeline.estimate.memory import training_memory  # noqa: E402
-from pipeline.families import make_config  # noqa: E402
+from pipeline.vocab.families import make_config  # noqa: E402
 
 SHAPES = [  # family, layers, width, vocabulary, context, batch, head_dim
     ("gpt", 1, 64, 256, 128, 64, 16),

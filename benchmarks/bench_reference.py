@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pipeline import flops
+from pipeline.vocab import flops
 
 
 class RefAttention(nn.Module):

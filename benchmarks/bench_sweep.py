@@ -125,7 +125,7 @@ def sweep_cli(budget: float, root: str, sweep_file: str | None) -> tuple[dict, p
     --json object; each run's training wall time is read back from the ledger afterwards."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline import keys
+    from pipeline.vocab import keys
 
     cfg, _ = plan(budget, sweep_file)
     cmd = [sys.executable, "-m", "pipeline.sweep", sweep_file_for(root, budget, sweep_file),
@@ -148,8 +148,8 @@ def sweep_cli(budget: float, root: str, sweep_file: str | None) -> tuple[dict, p
 
 def mlflow_per_run(specs, root: str, repeat: int = 3) -> float:
     """Wall seconds of the MLflow calls one finished run makes (driver and worker side)."""
-    from pipeline import keys
     from pipeline.tracking import Ledger, MLflowTracker
+    from pipeline.vocab import keys
 
     uri = f"sqlite:///{root}/mlflow-calls.db"
     ledger = Ledger(uri, "calls")

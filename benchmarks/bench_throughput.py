@@ -7,7 +7,7 @@ as the trainer does it today (precision="bf16": autocast), and in bf16 with the 
 kernel kept in fp32 (a prototype, see variants.FP32_ATTENTION), measured side by side
 (interleaved). MFU = training FLOPs per second / the matmul peak measured in the same run
 (a 2048^3 matmul, one thread; fp32 peak for fp32 runs, bf16 peak for bf16 runs), under the
-6N and the exact (attention and logits included) FLOP conventions of pipeline.flops.
+6N and the exact (attention and logits included) FLOP conventions of pipeline.vocab.flops.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import benchlib as bl
 import variants
 
-from pipeline import flops
+from pipeline.vocab import flops
 
 VARIANTS = {
     "fp32": ("fp32", ()),

@@ -45,8 +45,8 @@ def plain_loop() -> None:
     from bench_reference import RefGPT
 
     from pipeline.data import load_data
-    from pipeline.families import make_config
-    from pipeline.spec import DataSpec
+    from pipeline.vocab.families import make_config
+    from pipeline.vocab.spec import DataSpec
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -28,11 +28,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from pipeline import flops, keys
 from pipeline.data import load_data
-from pipeline.families import TEXT_FAMILIES, ModelConfig, make_config, model_vocab_size
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, train
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import TEXT_FAMILIES, ModelConfig, make_config, model_vocab_size
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 # The ladder: about 20k, 100k, 500k and 2M parameters, head_dim 16 (the shape rule's),
 # the same (n_layer, d_model) for both families.

@@ -61,7 +61,7 @@ import sys
 
 from mlflow import MlflowClient
 
-from pipeline import keys
+from pipeline.vocab import keys
 
 client = MlflowClient(tracking_uri=sys.argv[1])
 losses, problems = {}, []

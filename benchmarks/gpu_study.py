@@ -68,7 +68,7 @@ def _worker_init(data_spec: dict, threads: int) -> None:
     import torch
 
     from pipeline.data import load_data
-    from pipeline.spec import DataSpec
+    from pipeline.vocab.spec import DataSpec
 
     torch.set_num_threads(threads)
     _DATA = load_data(DataSpec(**data_spec))
@@ -77,8 +77,8 @@ def _worker_init(data_spec: dict, threads: int) -> None:
 def _train_one(job: tuple[dict, float]) -> dict:
     import torch
 
-    from pipeline.spec import RunSpec
     from pipeline.train import NullTracker, train
+    from pipeline.vocab.spec import RunSpec
 
     spec_dict, deadline = job
     if time.time() > deadline:
@@ -289,11 +289,11 @@ def read_records(folder: Path) -> list[dict]:
 def import_records(folder: Path, sweep_file: str, uri: str) -> tuple[int, int]:
     """Write the finished records of `folder` into the sweep's ledger at `uri`; returns
     (imported, skipped as already finished)."""
-    from pipeline import keys
     from pipeline.config import load_sweep
-    from pipeline.spec import RunSpec
     from pipeline.tracking import Ledger, MLflowTracker
     from pipeline.trial import curve_tag
+    from pipeline.vocab import keys
+    from pipeline.vocab.spec import RunSpec
 
     cfg = load_sweep(sweep_file)
     ledger = Ledger(uri, cfg.name)

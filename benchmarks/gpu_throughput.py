@@ -34,10 +34,10 @@ import time
 import numpy as np
 import torch
 
-from pipeline import flops, keys
 from pipeline.data import TokenData
-from pipeline.families import make_config
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import make_config
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 # Nominal dense bf16 peaks (TFLOP/s, no sparsity), from the vendors' data sheets.
 NOMINAL_BF16_TFLOPS = {

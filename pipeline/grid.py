@@ -18,10 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from pipeline import flops
 from pipeline.config import SizesSection, SweepConfig, resolve_corpus
 from pipeline.estimate.device import planned_cpu_bf16, planning_cpu
-from pipeline.families import (
+from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
+from pipeline.vocab import flops
+from pipeline.vocab.families import (
     ModelConfig,
     ShapeError,
     ShapeRule,
@@ -33,9 +34,8 @@ from pipeline.families import (
     shape_for_size,
     shape_for_width,
 )
-from pipeline.recipe import AUTO_BF16_FAMILIES, resolve_auto, trained_precision
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
-from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
+from pipeline.vocab.recipe import AUTO_BF16_FAMILIES, resolve_auto, trained_precision
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 ISOFLOP_TOLERANCE = 0.01
 """Largest relative gap between an isoflop cell's achieved FLOPs and its budget."""
@@ -208,7 +208,7 @@ def _allowed_rungs(cfg: SweepConfig, sizes: SizesSection, ladder: list[ModelConf
 
 def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, seed: int,
                 base_lr: float, schedule: str, warmup_of: int) -> TrainSpec:
-    """The recipe of one run (pipeline/recipe.py's rules); warmup follows `warmup_of` steps
+    """The recipe of one run (pipeline/vocab/recipe.py's rules); warmup follows `warmup_of` steps
     (its own, or the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
     recipe = t.scaling_recipe()
@@ -447,7 +447,7 @@ def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = 
     already, as the sweep driver has) and, for each held-out run (N, budget) of a ledger, the
     run the held-out section would plan had the fit put the optimum at that N (same recipe and
     seed). A held-out run of an earlier recipe is therefore not in the set. A CPU sweep with
-    precision auto plans other ids on a CPU with native bf16 (pipeline.recipe.resolve_auto):
+    precision auto plans other ids on a CPU with native bf16 (pipeline.vocab.recipe.resolve_auto):
     the ids of both kinds of CPU count, so a report made on another machine keeps the runs."""
     held_out = list(held_out)  # read once per kind of CPU
     ids = _planned_ids(cfg, held_out, sweep_path, vocab_size, plan)  # this machine's CPU

@@ -7,10 +7,10 @@ sweep driver calls holdout_plan once the main runs are in the ledger, and the re
 
 from __future__ import annotations
 
-from pipeline import keys
 from pipeline.config import SweepConfig
 from pipeline.grid import Plan, plan_holdout, planned_run_ids
 from pipeline.terminal import console
+from pipeline.vocab import keys
 
 
 class HoldoutError(RuntimeError):

@@ -6,8 +6,8 @@
   vit    VisionTransformer: gpt's blocks without a mask over a [CLS] token and the image's
          patches, a classifier on [CLS] (build_model picks the class from the family)
 
-The shape comes from pipeline.families.ModelConfig; parameter and FLOP counts live in
-pipeline.flops (pure) and are tested against this module.
+The shape comes from pipeline.vocab.families.ModelConfig; parameter and FLOP counts live in
+pipeline.vocab.flops (pure) and are tested against this module.
 
 Unlike the llama seed this was derived from: the causal mask is applied (through
 scaled_dot_product_attention's is_causal), the rotary table is sliced to the actual input
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from pipeline.families import ModelConfig
+from pipeline.vocab.families import ModelConfig
 
 
 class RMSNorm(nn.Module):
@@ -240,7 +240,7 @@ class VisionTransformer(nn.Module):
     cuts the image into patch vectors, a learnable [CLS] token goes first, learned position
     embeddings are added, pre-norm blocks attend over all S = n_patches + 1 positions (no
     mask), and a linear classifier reads the final [CLS] state. Same blocks and GPT-2 init as
-    Transformer, so N and FLOPs follow pipeline.flops's vit branch."""
+    Transformer, so N and FLOPs follow pipeline.vocab.flops's vit branch."""
 
     def __init__(self, cfg: ModelConfig, fp32_head: bool = False) -> None:
         super().__init__()

@@ -22,15 +22,16 @@ from pathlib import Path
 
 import torch
 
-from pipeline import checkpoint, flops, keys
+from pipeline import checkpoint
 from pipeline.data import DataError, load_data
 from pipeline.data.tokenizers import ByteTokenizer, Tokenizer
 from pipeline.estimate.memory import GIB, HEADROOM
-from pipeline.families import objective
 from pipeline.model import Transformer
-from pipeline.spec import STDLIB_CORPORA, RunSpec
 from pipeline.train.checks import OneLineParser, OptionError, check_device, device_memory
 from pipeline.train.passes import generate_text
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import objective
+from pipeline.vocab.spec import STDLIB_CORPORA, RunSpec
 
 TAG_CHECKPOINT_DIR = "checkpoint_dir"
 BUILT_IN_CORPORA = (*STDLIB_CORPORA, "images:digits")
@@ -131,8 +132,8 @@ def find_run(run_id: str, tracking_uri: str | None = None) -> tuple[RunSpec, str
     """(spec, checkpoint_dir) of the MLflow child run tagged run_id."""
     from mlflow import MlflowClient
 
-    from pipeline.ledger.store import missing_store
     from pipeline.tracking import default_tracking_uri
+    from pipeline.vocab.store import missing_store
 
     uri = tracking_uri or default_tracking_uri()
     if problem := missing_store(uri):  # a read: never create a store

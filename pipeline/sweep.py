@@ -27,7 +27,6 @@ import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from pipeline import flops, keys
 from pipeline.config import SweepConfig, SweepError, load_sweep
 from pipeline.data.repetition import repetition_problem
 from pipeline.driver.capacity import local_problem
@@ -37,6 +36,7 @@ from pipeline.holdout import HoldoutError, holdout_plan
 from pipeline.preflight import driver_problem
 from pipeline.terminal import chatty, configure, console, json_mode, say
 from pipeline.terminal.tables import dur, print_plan, summary
+from pipeline.vocab import flops, keys
 
 
 def _positive(text: str) -> float:

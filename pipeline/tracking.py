@@ -6,7 +6,7 @@ MLflow is the ledger of a sweep: one experiment per sweep (named after it), one 
 (tag kind=sweep) and one child run per RunSpec (tag kind=trial, run_id=<spec hash>, sweep_run=
 the sweep run's id), side by side rather than nested; how they read in the UI (names, summary
 params, the dataset input, the experiment kind) is pipeline.ledger.ui. Keys are
-the constants of pipeline.keys. Everything goes through MlflowClient with explicit run ids
+the constants of pipeline.vocab.keys. Everything goes through MlflowClient with explicit run ids
 (no global "active run"), so Ray workers and threads cannot mix runs up.
 
 Default store: sqlite:///<working folder>/mlflow.db, MLflow's own default; MLFLOW_TRACKING_URI
@@ -38,10 +38,10 @@ from mlflow import MlflowClient
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from pipeline import keys
 from pipeline.ledger import ui
-from pipeline.ledger.store import folder_problem, sqlite_file
-from pipeline.spec import RunSpec, flatten
+from pipeline.vocab import keys
+from pipeline.vocab.spec import RunSpec, flatten
+from pipeline.vocab.store import folder_problem, sqlite_file
 
 # MLflow's log_batch limits (per call): 1000 metrics, 100 params, 100 tags.
 _MAX_METRICS, _MAX_PARAMS = 1000, 100

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import keys
 from pipeline.data import TokenData, load_data
-from pipeline.spec import RunSpec
 from pipeline.tracking import MLflowTracker
 from pipeline.train import NullTracker, Stopped, parallel, train
+from pipeline.vocab import keys
+from pipeline.vocab.spec import RunSpec
 
 # Fault injection for tests (tests/test_faults.py): raise at this step of the given run_id.
 FAIL_ENV = "SCALING_INJECT_FAILURE"  # "<run_id>:<step>"

@@ -263,7 +263,7 @@ def test_analysis_reports_the_propagation_only_with_measured_noise() -> None:
 
 
 def test_runs_of_one_seed_on_other_batches_are_replicates_of_their_cell():
-    # train.data_seed (pipeline.spec): seed 1 on its own batches and seed 1 on seed 0's
+    # train.data_seed (pipeline.vocab.spec): seed 1 on its own batches and seed 1 on seed 0's
     # batches are two draws of the cell; the same pair twice is not.
     runs = _table([3.0, 3.3, 3.6, 2.5, 2.6], [0, 1, 1, 0, 0], n=[1e6, 1e6, 1e6, 2e6, 2e6])
     runs = runs.with_frame(runs.frame.assign(data_seed=[0, 1, 0, 0, 0]))
@@ -285,7 +285,7 @@ def test_the_ledger_gives_each_run_its_batch_seed(param, expected):
     from types import SimpleNamespace
 
     from analysis.runs.load import _row
-    from pipeline import keys
+    from pipeline.vocab import keys
 
     params = {"train.seed": "1", **({} if param is None else {"train.data_seed": param})}
     metrics = {keys.PARAMS_TOTAL: 1e6, keys.FINAL_TOKENS: 1e8, keys.FINAL_VAL_LOSS: 3.0,

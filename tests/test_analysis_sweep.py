@@ -12,7 +12,7 @@ import pytest
 from analysis.errors import DataError
 from analysis.runs.load import load_sweep
 from analysis.runs.synthetic import ChinchillaLaw
-from pipeline import keys
+from pipeline.vocab import keys
 
 # A = B and alpha = beta: N_opt = sqrt(C/6), inside SIZES at every budget.
 LAW = ChinchillaLaw(E=1.5, A=300.0, B=300.0, alpha=0.3, beta=0.3)
@@ -322,7 +322,7 @@ def test_predict_writes_the_next_sweep_with_the_source_recipe(store, tmp_path, c
     assert specs and all(s.budget == 2e13 for s in specs)
     assert {(s.model.seq_len, s.model.d_model // s.model.n_heads) for s in specs} == {(128, 4)}
     assert {(s.data.corpus, s.data.tokenizer) for s in specs} == {("stdlib+tests", "bytes")}
-    from pipeline import flops
+    from pipeline.vocab import flops
     sizes = [flops.params_total(s.model) for s in specs]
     middle = np.sqrt(min(sizes) * max(sizes))
     # The ladder's rungs are discrete (d_model in steps of 4): the centre within 25%.

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import keys
 from pipeline.config import SweepError, parse_sweep
 from pipeline.data import CACHE_ENV, TokenData, load_data
 from pipeline.data.masking import (
@@ -25,7 +24,13 @@ from pipeline.data.masking import (
     mask_windows,
     train_rng,
 )
-from pipeline.families import (
+from pipeline.model import Transformer
+from pipeline.sample import SampleError, sample_text
+from pipeline.train import NullTracker, evaluate, micro_batches, train
+from pipeline.train import objective as obj
+from pipeline.train.cli import main as train_cli
+from pipeline.vocab import keys
+from pipeline.vocab.families import (
     FAMILIES,
     FAMILY_OBJECTIVES,
     TEXT_FAMILIES,
@@ -34,12 +39,7 @@ from pipeline.families import (
     model_vocab_size,
     with_overrides,
 )
-from pipeline.model import Transformer
-from pipeline.sample import SampleError, sample_text
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
-from pipeline.train import NullTracker, evaluate, micro_batches, train
-from pipeline.train import objective as obj
-from pipeline.train.cli import main as train_cli
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 DATA = DataSpec(max_bytes=300_000)
 

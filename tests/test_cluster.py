@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from pipeline import keys
+from pipeline.vocab import keys
 
 TINY = Path(__file__).parent / "data" / "sweeps" / "tiny.yaml"
 MARKER = "SCALING_TEST_CLUSTER"  # in the environment of everything the cluster fixture starts

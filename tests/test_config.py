@@ -26,7 +26,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import flops
 from pipeline import sweep as sweep_cli
 from pipeline.config import (
     MAX_FILE_BYTES,
@@ -47,6 +46,7 @@ from pipeline.config import (
     resolve_corpus,
 )
 from pipeline.grid import ISOFLOP_TOLERANCE, Plan, expand, vocab_size_for
+from pipeline.vocab import flops
 
 ROOT = Path(__file__).resolve().parents[1]
 BAD = ROOT / "tests" / "data" / "bad_sweeps"

@@ -602,9 +602,9 @@ def test_a_local_dataset_through_the_real_datasets_library_trains(tmp_path, monk
     with open(folder / "train.jsonl", "w", encoding="utf-8") as f:
         for src in sources:
             f.write(json.dumps({"text": src.read_text(encoding="utf-8"), "path": src.name}) + "\n")
-    from pipeline.families import make_config
-    from pipeline.spec import DataSpec, RunSpec, TrainSpec
     from pipeline.train import train
+    from pipeline.vocab.families import make_config
+    from pipeline.vocab.spec import DataSpec, RunSpec, TrainSpec
 
     spec = RunSpec(sweep="hf", model=make_config("gpt", 1, 16, vocab_size=256, seq_len=32,
                                                  head_dim=8),

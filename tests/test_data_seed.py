@@ -16,11 +16,11 @@ import yaml
 import pipeline.grid as grid
 from pipeline.config import SweepError, parse_sweep
 from pipeline.data import TokenData, load_data
-from pipeline.families import make_config, model_vocab_size
 from pipeline.ledger.ui import run_name
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, train
 from pipeline.train import objective as obj
+from pipeline.vocab.families import make_config, model_vocab_size
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 DATA = DataSpec(corpus="stdlib", max_bytes=200_000)
 

@@ -16,10 +16,10 @@ import pytest
 
 from pipeline.config import SweepError, load_sweep
 from pipeline.estimate.memory import GIB, micro_batch_to_fit, training_memory
-from pipeline.families import make_config
 from pipeline.grid import expand
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import train
+from pipeline.vocab.families import make_config
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_SWEEP = ROOT / "sweeps" / "chinchilla_gpu.yaml"
@@ -30,9 +30,9 @@ GPU_SWEEP = ROOT / "sweeps" / "chinchilla_gpu.yaml"
 MEASURE = textwrap.dedent("""
     import json, sys, torch
     torch.set_num_threads(1)
-    from pipeline.families import make_config
+    from pipeline.vocab.families import make_config
     from pipeline.model import Transformer
-    from pipeline.spec import RunSpec, DataSpec, TrainSpec
+    from pipeline.vocab.spec import RunSpec, DataSpec, TrainSpec
     from pipeline.train import make_optimizer
     family, L, d, V, T, B, hd = sys.argv[1:]
     cfg = make_config(family, int(L), int(d), vocab_size=int(V), seq_len=int(T), head_dim=int(hd))

@@ -21,15 +21,16 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline import checkpoint, keys
+from pipeline import checkpoint
 from pipeline.config import parse_sweep
-from pipeline.families import make_config
 from pipeline.grid import expand
-from pipeline.recipe import ScalingRecipe
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, train
 from pipeline.train.cli import build_parser, spec_from_args
 from pipeline.train.cli import main as cli_main
+from pipeline.vocab import keys
+from pipeline.vocab.families import make_config
+from pipeline.vocab.recipe import ScalingRecipe
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 

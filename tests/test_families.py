@@ -1,4 +1,4 @@
-"""The family registry (pipeline.families.FAMILY_BUILDERS) is the one list of families: every
+"""The family registry (pipeline.vocab.families.FAMILY_BUILDERS) is the one list of families: every
 registered family builds a shape, a model whose parameter count flops predicts, is accepted by
 the sweep schema, and is offered by the single-run CLI; a name outside it is refused by each."""
 
@@ -10,9 +10,10 @@ import typing
 import pytest
 import yaml
 
-from pipeline import flops
 from pipeline.config import SweepError, parse_sweep
-from pipeline.families import (
+from pipeline.train.cli import build_parser
+from pipeline.vocab import flops
+from pipeline.vocab.families import (
     FAMILIES,
     FAMILY_BUILDERS,
     FAMILY_OBJECTIVES,
@@ -21,7 +22,6 @@ from pipeline.families import (
     make_config,
     objective,
 )
-from pipeline.train.cli import build_parser
 
 
 def _runs_sweep(family: str) -> str:

@@ -49,11 +49,12 @@ import pytest
 from mlflow import MlflowClient
 from servers import MlflowServer
 
-from pipeline import checkpoint, keys
+from pipeline import checkpoint
 from pipeline.config import load_sweep
 from pipeline.grid import expand, vocab_size_for
-from pipeline.spec import RunSpec
 from pipeline.trial import FAIL_ENV, START_DELAY_ENV, TRAINING_LOG_ENV
+from pipeline.vocab import keys
+from pipeline.vocab.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER_ENV = "SCALING_FAULTS_TEST_MARKER"
@@ -780,7 +781,7 @@ WRITERS, KEYS_PER_RUN, STEPS_PER_KEY = 8, 4, 150
 # workers are; a plain script, so a writer imports MLflow and not the test suite).
 WRITER = f"""
 import os, sys, time
-from pipeline import keys
+from pipeline.vocab import keys
 from pipeline.tracking import MLflowTracker
 
 uri, run_id, flush_every, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
@@ -796,8 +797,8 @@ tracker.end(keys.STATUS_FINISHED)
 
 @pytest.mark.slow
 def test_concurrent_writers_lose_no_metric_point(tmp_path: Path) -> None:
-    from pipeline.spec import DataSpec, TrainSpec
     from pipeline.tracking import Ledger
+    from pipeline.vocab.spec import DataSpec, TrainSpec
 
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
@@ -866,10 +867,10 @@ def test_unwritable_checkpoints_fail_the_run_clearly_and_keep_the_ledger(
     fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, empty_store: Path
 ) -> None:
     """The same code path as a sweep's Ray task (pipeline.trial.execute_trial), in process."""
-    from pipeline.spec import DataSpec, ExecSpec, TrainSpec
     from pipeline.tracking import Ledger
     from pipeline.train import train
     from pipeline.trial import execute_trial
+    from pipeline.vocab.spec import DataSpec, ExecSpec, TrainSpec
 
     monkeypatch.delenv(FAIL_ENV, raising=False)
     monkeypatch.delenv(TRAINING_LOG_ENV, raising=False)

@@ -1,4 +1,4 @@
-"""Tests of pipeline.flops (and shapes.nearest_shape) against the built model and the paper.
+"""Tests of pipeline.vocab.flops (and shapes.nearest_shape) against the built model and the paper.
 
 Three independent references:
   * the torch model: analytic parameter counts == sum(p.numel()) of pipeline.model.Transformer;
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from pipeline.families import (
+from pipeline.model import Transformer
+from pipeline.vocab.families import (
     TEXT_FAMILIES,
     ModelConfig,
     ShapeError,
@@ -29,7 +30,7 @@ from pipeline.families import (
     shape_for_depth,
     with_overrides,
 )
-from pipeline.flops import (
+from pipeline.vocab.flops import (
     CONVENTIONS,
     FLOP_GROUPS,
     PARAM_GROUPS,
@@ -42,13 +43,12 @@ from pipeline.flops import (
     tokens_for_budget,
     training_flops,
 )
-from pipeline.model import Transformer
-from pipeline.shapes import nearest_shape
+from pipeline.vocab.shapes import nearest_shape
 
 
 def test_accounting_imports_no_torch() -> None:
     """The planner and the analysis use these modules without torch (the analysis never imports it)."""
-    code = "import sys, pipeline.flops, pipeline.families; print('torch' in sys.modules)"
+    code = "import sys, pipeline.vocab.flops, pipeline.vocab.families; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

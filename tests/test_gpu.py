@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from pipeline.families import make_config
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, pick_device, train
+from pipeline.vocab.families import make_config
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -17,9 +17,9 @@ import pytest
 from mlflow import MlflowClient
 
 from analysis.runs.load import load_sweep as load_runs
-from pipeline import keys
 from pipeline.config import load_sweep
 from pipeline.grid import expand, planned_run_ids
+from pipeline.vocab import keys
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "sweeps" / "tiny.yaml"
@@ -121,7 +121,7 @@ def _runs_csv(path: Path, sweep: Path, fingerprint: str, keep: int | None = None
     Approach 2 predicts it for the held-out budget). Returns the planned main run ids."""
     import csv
 
-    from pipeline import flops
+    from pipeline.vocab import flops
 
     cfg = load_sweep(sweep)
     specs = expand(cfg, sweep).specs
@@ -166,7 +166,7 @@ def _sweep(tmp_path: Path, doc: dict) -> Path:
 @pytest.mark.slow
 def test_runs_trained_before_are_not_trained_again_and_plan_the_held_out_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipeline import flops
+    from pipeline.vocab import flops
 
     gs = _script()
     sweep, cache = _sweep(tmp_path, RESUMED), tmp_path / "cache"

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline import keys
 from pipeline.ledger.archive import PLACEHOLDER, LedgerArchiveError, main, pack, unpack
 from pipeline.tracking import prepare_store
+from pipeline.vocab import keys
 
 
 def _ledger(folder: Path) -> None:

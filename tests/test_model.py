@@ -1,4 +1,4 @@
-"""Tests of pipeline.model (with the shapes of pipeline.families): causality, every input
+"""Tests of pipeline.model (with the shapes of pipeline.vocab.families): causality, every input
 length, family differences, GPT-2 initialisation, shape errors, and sampling.
 
 All models are tiny (<= ~60k parameters) and run on the CPU in well under a second each.
@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from pipeline.families import ModelConfig, ShapeError, make_config, with_overrides
 from pipeline.model import RMSNorm, Transformer, apply_rotary, rotary_tables
+from pipeline.vocab.families import ModelConfig, ShapeError, make_config, with_overrides
 
 FAMILIES = ("gpt", "llama")
 VOCAB = 256

@@ -17,13 +17,13 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from pipeline import keys
 from pipeline.data import CACHE_ENV, load_data
-from pipeline.families import make_config
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.tracking import Ledger
 from pipeline.train import NullTracker, train
 from pipeline.train.parallel import World, local_rows
+from pipeline.vocab import keys
+from pipeline.vocab.families import make_config
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 DATA = DataSpec(max_bytes=300_000)
 

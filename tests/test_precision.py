@@ -1,4 +1,4 @@
-"""Precision: the rule that resolves `precision: auto` (pipeline.recipe.resolve_auto), the CPU
+"""Precision: the rule that resolves `precision: auto` (pipeline.vocab.recipe.resolve_auto), the CPU
 flags it reads, the fp32 output head under bf16 autocast, and the planner and the single-run
 CLI applying the rule (every earlier run keeps its id)."""
 
@@ -15,10 +15,10 @@ import pipeline.grid as grid
 import pipeline.train.cli as train_cli
 from pipeline.config import parse_sweep
 from pipeline.estimate.device import cpu_has_native_bf16, planning_cpu
-from pipeline.families import make_config
 from pipeline.model import build_model
-from pipeline.recipe import AUTO_BF16_MIN_D_MODEL, precision_label, resolve_auto
-from pipeline.spec import DataSpec, RunSpec, TrainSpec
+from pipeline.vocab.families import make_config
+from pipeline.vocab.recipe import AUTO_BF16_MIN_D_MODEL, precision_label, resolve_auto
+from pipeline.vocab.spec import DataSpec, RunSpec, TrainSpec
 
 W = AUTO_BF16_MIN_D_MODEL
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import flops, keys
 from pipeline.config import load_sweep
 from pipeline.data import CACHE_ENV, load_corpus, load_data
 from pipeline.data.batches import get_batch, unique_tokens_seen
 from pipeline.data.repetition import repetition_problem
-from pipeline.families import make_config
 from pipeline.grid import expand
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, train
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import make_config
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = np.arange(5001, dtype=np.uint16) % 256

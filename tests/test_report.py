@@ -27,7 +27,7 @@ from analysis.reporting import figures, samples
 from analysis.reporting.provenance import portable
 from analysis.runs.synthetic import ChinchillaLaw
 from analysis.text import markdown_inline
-from pipeline import keys
+from pipeline.vocab import keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,10 +20,10 @@ import pytest
 from analysis.analyze import analyze
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 from analysis.schema import analysis_to_json
-from pipeline import flops
 from pipeline.config import load_sweep
 from pipeline.estimate.device import planning_cpu
 from pipeline.grid import expand, plan_holdout, vocab_size_for
+from pipeline.vocab import flops
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = Path(__file__).with_name("data") / "snapshots"
@@ -98,7 +98,7 @@ def test_differences_finds_a_moved_float_and_tolerates_float_noise() -> None:
 @pytest.mark.parametrize("native_bf16", [True, False], ids=["bf16-cpu", "plain-cpu"])
 @pytest.mark.parametrize("path", SWEEPS, ids=[p.name for p in SWEEPS])
 def test_shipped_sweeps_plan_the_pinned_run_ids(path: Path, native_bf16: bool) -> None:
-    """On any CPU: `precision: auto` resolves by the CPU's bf16 (pipeline.recipe.resolve_auto),
+    """On any CPU: `precision: auto` resolves by the CPU's bf16 (pipeline.vocab.recipe.resolve_auto),
     and no shipped CPU sweep trains where that rule binds, so none of their ids depends on it."""
     pinned = json.loads(RUN_IDS.read_text())
     assert path.name in pinned, f"{path.name} is not pinned: run --update and commit it"

@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 from servers import MlflowServer
 
-from pipeline import keys
+from pipeline.vocab import keys
 
 pytestmark = pytest.mark.slow
 
@@ -415,8 +415,8 @@ grid:
 def test_wsd_branch_runs_after_its_trunk_and_equals_training_alone(tmp_path: Path) -> None:
     """Through Ray and the ledger: the short WSD run starts from the long one's stable phase,
     and its loss is the loss of the same spec trained alone, bit for bit."""
-    from pipeline.spec import RunSpec
     from pipeline.train import train
+    from pipeline.vocab.spec import RunSpec
 
     sweep = tmp_path / "wsd.yaml"
     sweep.write_text(WSD)

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline import flops, keys
 from pipeline.config import SweepError, load_sweep
 from pipeline.data import CACHE_ENV, load_data
 from pipeline.grid import _ladder, _rule, expand, plan_holdout
-from pipeline.spec import RunSpec, branch_folder
 from pipeline.train import train
+from pipeline.vocab import flops, keys
+from pipeline.vocab.spec import RunSpec, branch_folder
 
 BASE = {
     "name": "w", "kind": "grid", "family": "gpt",

@@ -21,13 +21,13 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from pipeline import keys
 from pipeline.data import CACHE_ENV
-from pipeline.families import make_config
-from pipeline.flops import params_non_embedding, params_total
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec, flatten
 from pipeline.tracking import Ledger, MLflowTracker
 from pipeline.trial import FAIL_ENV, execute_trial
+from pipeline.vocab import keys
+from pipeline.vocab.families import make_config
+from pipeline.vocab.flops import params_non_embedding, params_total
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec, flatten
 
 LN_VOCAB = math.log(256)
 WORDS = ("def", "return", "self", "import", "scaling", "loss", "tokens", "(", ")", ":", "\n")

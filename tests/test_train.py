@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import checkpoint, keys
+from pipeline import checkpoint
 from pipeline.data import CACHE_ENV, TokenData, load_data
-from pipeline.families import TEXT_FAMILIES, make_config, model_vocab_size
-from pipeline.flops import flops_per_token, params_non_embedding, params_total
 from pipeline.model import Transformer
-from pipeline.recipe import lr_at, trained_precision
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, RunResult, Stopped, make_optimizer, train
+from pipeline.vocab import keys
+from pipeline.vocab.families import TEXT_FAMILIES, make_config, model_vocab_size
+from pipeline.vocab.flops import flops_per_token, params_non_embedding, params_total
+from pipeline.vocab.recipe import lr_at, trained_precision
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 DATA = DataSpec(max_bytes=300_000)
 LN_VOCAB = math.log(256)

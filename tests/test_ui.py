@@ -26,9 +26,9 @@ import yaml
 from mlflow import MlflowClient
 from servers import MlflowServer
 
-from pipeline import flops, keys
 from pipeline.ledger import ui
-from pipeline.spec import RunSpec
+from pipeline.vocab import flops, keys
+from pipeline.vocab.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "sweeps" / "quickstart.yaml"
@@ -147,8 +147,8 @@ def _history(base: str, run_id: str, key: str) -> dict[int, float]:
 # --- the pure parts, without a server ---------------------------------------------------------
 
 def _spec(**over) -> RunSpec:
-    from pipeline.families import make_config
-    from pipeline.spec import DataSpec, TrainSpec
+    from pipeline.vocab.families import make_config
+    from pipeline.vocab.spec import DataSpec, TrainSpec
 
     family = over.pop("family", "gpt")
     cfg = make_config(family, 2, 32, vocab_size=256, seq_len=128, head_dim=8)

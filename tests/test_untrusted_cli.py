@@ -24,12 +24,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from pipeline import keys
 from pipeline.data import CACHE_ENV
-from pipeline.families import make_config
 from pipeline.sample import SampleError, check_corpus
 from pipeline.sample import main as sample_main
-from pipeline.spec import DataSpec, RunSpec, TrainSpec
 from pipeline.train.checks import (
     MAX_STEPS,
     OptionError,
@@ -38,6 +35,9 @@ from pipeline.train.checks import (
     check_steps,
 )
 from pipeline.train.cli import main as train_main
+from pipeline.vocab import keys
+from pipeline.vocab.families import make_config
+from pipeline.vocab.spec import DataSpec, RunSpec, TrainSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--n-layer", "1", "--d-model", "16", "--seq-len", "32", "--batch-size", "4",

@@ -29,11 +29,11 @@ from pipeline.data.__main__ import main as data_main
 from pipeline.data.settings import DataError
 from pipeline.driver import capacity
 from pipeline.driver.capacity import local_problem, node_problem
-from pipeline.ledger.store import missing_store, sqlite_file
 from pipeline.preflight import driver_problem
 from pipeline.sweep import main as sweep_main
 from pipeline.tracking import is_local_store
 from pipeline.vision.data import _folder as load_image_folder
+from pipeline.vocab.store import missing_store, sqlite_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = (ROOT / "tests" / "data" / "sweeps" / "tiny.yaml").read_text()

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline import keys
 from pipeline.ledger import archive as ledger_archive
 from pipeline.ledger import untrusted_store, untrusted_tar
 from pipeline.ledger.archive import PLACEHOLDER, main
 from pipeline.tracking import prepare_store
+from pipeline.vocab import keys
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = b"the canary's own words"

@@ -15,17 +15,17 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from pipeline import flops, keys
 from pipeline.config import SweepError, parse_sweep
 from pipeline.data import CACHE_ENV, DataError, load_data
-from pipeline.families import ModelConfig, ShapeError, data_unit, make_config
 from pipeline.model import VisionTransformer, build_model
 from pipeline.sample import SampleError, sample_text
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import NullTracker, Stopped, train
 from pipeline.train.cli import main as train_cli
 from pipeline.vision.data import batch_indices, image_batch, images_seen, load_images
 from pipeline.vision.sources import image_source_problem, parse_image_source
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import ModelConfig, ShapeError, data_unit, make_config
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 DIGITS = DataSpec(corpus="images:digits", val_fraction=0.2)
 

@@ -35,7 +35,7 @@ the training curve, for Approach 1) of its lowest seed, and records ``n_seeds`` 
 ``loss_std``: a point that averages n seeds has noise σ/√n (see ``analysis.checks.residuals``).
 
 A run's draw is its pair (``seed``, ``data_seed``): with ``train.data_seed`` two runs of one
-seed on other batches are two replicates (pipeline.spec; ``data_seed`` is the seed where a
+seed on other batches are two replicates (pipeline.vocab.spec; ``data_seed`` is the seed where a
 sweep did not set it). Rows that share a cell *and* a draw are not replicates (e.g. published
 data without a seed column, where every row has seed 0): they are neither averaged nor used
 for σ.

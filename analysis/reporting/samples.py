@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.runs.table import RunsTable
-from pipeline import keys
+from pipeline.vocab import keys
 
 PROMPT = keys.SAMPLE_PROMPT
 MAX_NEW_TOKENS = keys.SAMPLE_NEW_TOKENS

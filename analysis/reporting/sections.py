@@ -35,7 +35,7 @@ from analysis.reporting.provenance import portable
 from analysis.reporting.samples import Sample
 from analysis.runs.table import RunsTable
 from analysis.text import fmt, fmt_interval
-from pipeline import keys
+from pipeline.vocab import keys
 
 CHINCHILLA_TOKENS = 20.0
 KIND = {"3": "parametric fit", "2": "IsoFLOP parabolas", "1": "envelope of curves"}

@@ -1,6 +1,6 @@
 """Runs into a RunsTable: from an MLflow sweep, or from a CSV of published data.
 
-MLflow (the contract of pipeline/tracking.py, keys from pipeline/keys.py): experiment name =
+MLflow (the contract of pipeline/tracking.py, keys from pipeline/vocab/keys.py): experiment name =
 sweep name; one child run (tag kind=trial) per RunSpec. A run is used only when its tag
 ``status`` is "finished" *and* its MLflow status is FINISHED, and it has a finite, positive
 final loss, N, D and C; every other run is excluded and named with the reason (printed, and
@@ -38,7 +38,7 @@ import pandas as pd
 from analysis.errors import DataError
 from analysis.inputs import read_input
 from analysis.runs.table import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
-from pipeline import keys
+from pipeline.vocab import keys
 
 Log = Callable[[str], None]
 N_ALIASES = ("N", "params", "n_params", "Model Size", "param_count")
@@ -138,7 +138,7 @@ def _row(run: object, flops_key: str) -> dict:
     for tag in FINGERPRINT_TAGS:
         row[tag] = tags.get(tag, "")
     row["seed"] = _seed(params.get("train.seed"))
-    # The batches' seed: train.data_seed where a sweep set it (pipeline.spec), else the seed.
+    # The batches' seed: train.data_seed where a sweep set it (pipeline.vocab.spec), else the seed.
     data_seed = _seed(params.get("train.data_seed"))
     row["data_seed"] = row["seed"] if data_seed == OPTIONAL["data_seed"] else data_seed
     row["lr"] = _float(params.get("train.lr"))
@@ -218,7 +218,7 @@ def load_sweep(sweep: str, *, tracking_uri: str | None = None, flops_convention:
     import mlflow
     from mlflow import MlflowClient
 
-    from pipeline.ledger.store import missing_store
+    from pipeline.vocab.store import missing_store
 
     uri = tracking_uri or mlflow.get_tracking_uri()
     if problem := missing_store(uri):  # a read: never create a store

@@ -17,7 +17,7 @@ import numpy as np
 
 from analysis.errors import DataError
 from analysis.runs.table import Excluded, RunsTable
-from pipeline import keys
+from pipeline.vocab import keys
 
 
 def held_out_cells(runs: RunsTable) -> list[tuple[float, float]]:

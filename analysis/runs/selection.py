@@ -26,7 +26,7 @@ import numpy as np
 from analysis.checks.noise import collapse_replicates
 from analysis.errors import DataError
 from analysis.runs.table import Excluded, RunsTable
-from pipeline import keys
+from pipeline.vocab import keys
 
 PREFERRED_SCHEDULE = "cosine"
 

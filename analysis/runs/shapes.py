@@ -1,7 +1,7 @@
 """The nearest buildable model for a compute-optimal N: a shape of the sweep's family.
 
-Why here and guarded: the shape rule and the parameter count live in pipeline.families and
-pipeline.flops (pure Python, no torch). Published data has no family, so predict falls back
+Why here and guarded: the shape rule and the parameter count live in pipeline.vocab.families and
+pipeline.vocab.flops (pure Python, no torch). Published data has no family, so predict falls back
 to a gpt shape with vocabulary 256 (bytes) and sequence length 256, and to plain N and D
 when pipeline cannot be imported at all.
 """
@@ -82,8 +82,8 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
     are recorded; otherwise gpt / 256 / 256 / the rule's default head size.
     """
     try:
-        from pipeline import families, shapes
-        from pipeline import flops as flop_counts
+        from pipeline.vocab import families, shapes
+        from pipeline.vocab import flops as flop_counts
     except ImportError as err:  # analysis without the pipeline package
         return f"pipeline is not importable ({err})"
     family = (runs.family() if runs is not None else None) or DEFAULT_FAMILY

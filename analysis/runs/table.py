@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import DataError
-from pipeline import keys
-from pipeline.families import FAMILY_OBJECTIVES
+from pipeline.vocab import keys
+from pipeline.vocab.families import FAMILY_OBJECTIVES
 
 REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "family")
 POSITIVE = ("N", "D", "C", "loss")
@@ -133,7 +133,7 @@ class RunsTable:
 
     @property
     def objective(self) -> str:
-        """What the runs' family predicts (pipeline.families.FAMILY_OBJECTIVES): "causal"
+        """What the runs' family predicts (pipeline.vocab.families.FAMILY_OBJECTIVES): "causal"
         for text models and for published data, "masked" (bert) or "classify" (vit)."""
         return FAMILY_OBJECTIVES.get(self.family() or "", "causal")
 

@@ -57,8 +57,8 @@ from pipeline.config.sections import (
     TrainSection,
 )
 from pipeline.config.yaml_reader import _Loader, _read_yaml
-from pipeline.spec import STDLIB_CORPORA
 from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
+from pipeline.vocab.spec import STDLIB_CORPORA
 
 __all__ = [
     "MAX_COUNT", "MAX_D_MODEL", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_RUNS", "VARIANT_EXCLUDED",

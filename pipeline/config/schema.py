@@ -26,9 +26,9 @@ from pipeline.config.sections import (
     ShapeSection,
     TrainSection,
 )
-from pipeline.families import FamilyName, objective
-from pipeline.flops import CONVENTIONS
 from pipeline.vision.sources import declared_geometry, is_image_corpus
+from pipeline.vocab.families import FamilyName, objective
+from pipeline.vocab.flops import CONVENTIONS
 
 SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """A sweep's or experiment's name. It names folders (checkpoints/NAME/, reports/NAME/), so it
@@ -47,7 +47,7 @@ class SweepConfig(Strict):
     train: TrainSection = TrainSection()
     resources: ResourcesSection = ResourcesSection()
     flops_convention: Literal[CONVENTIONS] = "exact"  # type: ignore[valid-type]
-    """FLOP convention that turns an isoflop budget into tokens (see pipeline.flops)."""
+    """FLOP convention that turns an isoflop budget into tokens (see pipeline.vocab.flops)."""
     isoflop: IsoflopSection | None = None
     grid: GridSection | None = None
     runs: Annotated[list[RunEntry], Field(min_length=1)] | None = None

@@ -22,13 +22,13 @@ from pipeline.config.base import (
     _raise_if,
     _unused,
 )
-from pipeline.recipe import ScalingRecipe
-from pipeline.spec import DataSpec, TrainSpec
 from pipeline.vision.sources import IMAGE_PREFIX, image_source_problem
+from pipeline.vocab.recipe import ScalingRecipe
+from pipeline.vocab.spec import DataSpec, TrainSpec
 
 
 class ShapeSection(Strict):
-    """The shape rule of pipeline.families: depth -> d_model = aspect_ratio * depth."""
+    """The shape rule of pipeline.vocab.families: depth -> d_model = aspect_ratio * depth."""
 
     aspect_ratio: Annotated[float, Field(gt=0, le=4096)] = 16.0
     """d_model / n_layer before rounding up to a multiple of head_dim."""
@@ -177,10 +177,10 @@ class TrainSection(Strict):
     """Text families: the evaluations of a run cost at most this share of its training
     compute (a forward pass is ~1/3 of a training step). A run whose evaluations would cost
     more keeps its final evaluation and as many of the evals_per_run along the way as fit
-    (pipeline/recipe.py). null: every run makes evals_per_run evaluations."""
+    (pipeline/vocab/recipe.py). null: every run makes evals_per_run evaluations."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA; on a CPU fp32, except where the planner resolves it to
-    bf16 with the head in fp32 (pipeline.recipe.resolve_auto: GPT from d_model 128 on a CPU
+    bf16 with the head in fp32 (pipeline.vocab.recipe.resolve_auto: GPT from d_model 128 on a CPU
     with native bf16)."""
     head_precision: Literal["autocast", "fp32"] = "autocast"
     """Under bf16: the final norm and output head in bf16 ("autocast") or in fp32."""
@@ -240,7 +240,7 @@ class TrainSection(Strict):
         return out
 
     def scaling_recipe(self) -> ScalingRecipe:
-        """The rules this section's numbers feed (pipeline/recipe.py)."""
+        """The rules this section's numbers feed (pipeline/vocab/recipe.py)."""
         return ScalingRecipe(**{f.name: getattr(self, f.name) for f in fields(ScalingRecipe)})
 
     def batch_for(self, tokens: float, seq_len: int) -> int:

@@ -29,7 +29,7 @@ from pipeline.data.sources import (
     site_packages_source,
     stdlib_source,
 )
-from pipeline.spec import STDLIB_CORPORA
+from pipeline.vocab.spec import STDLIB_CORPORA
 
 SPLIT_RULE = "sha256(name) order, greedy to val_fraction of bytes"
 INDEX_FORMAT = 1  # of the cached corpus index; a new reader rule must change it

@@ -65,7 +65,7 @@ def mask_windows(x: torch.Tensor, rate: float, mask_id: int, rng: np.random.Gene
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets) of int64 windows x (B, T) on the CPU: inputs with the chosen positions
     masked, replaced or kept; targets the original ids there and IGNORE elsewhere. mask_id is
-    the tokenizer's vocabulary size (pipeline.families.model_vocab_size)."""
+    the tokenizer's vocabulary size (pipeline.vocab.families.model_vocab_size)."""
     import torch
 
     tokens = x.numpy()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline.families import data_unit
-from pipeline.spec import RunSpec
+from pipeline.vocab.families import data_unit
+from pipeline.vocab.spec import RunSpec
 
 _LISTED = 8  # offending runs named in full; the rest are counted
 

@@ -14,7 +14,7 @@ from pipeline.data.tokenizers import (
     BPE_MIN_VOCAB,
     TOKENIZER_NAMES,
 )
-from pipeline.spec import DataSpec
+from pipeline.vocab.spec import DataSpec
 
 CACHE_ENV = "SCALING_CACHE_DIR"
 DEFAULT_CACHE_DIR = "~/.cache/scaling-pipeline"

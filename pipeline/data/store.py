@@ -25,8 +25,8 @@ from pipeline.data.settings import (
 )
 from pipeline.data.sources import Source
 from pipeline.data.tokenizers import Tokenizer, load_tokenizer, tokenizer_config
-from pipeline.spec import DataSpec
 from pipeline.vision.sources import is_image_corpus
+from pipeline.vocab.spec import DataSpec
 
 CACHE_FORMAT = 1
 

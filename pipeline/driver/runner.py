@@ -21,16 +21,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline import keys
 from pipeline.config import SweepConfig, SweepError
 from pipeline.data import TokenData
 from pipeline.driver.capacity import local_cpus, node_problem, workers_problem
 from pipeline.grid import Plan
 from pipeline.preflight import warn_loopback_uri
-from pipeline.spec import RunSpec, branch_folder
 from pipeline.terminal import chatty, console, say
 from pipeline.terminal.tables import Progress, report_one, trained_flops
 from pipeline.vision.data import ImageData
+from pipeline.vocab import keys
+from pipeline.vocab.spec import RunSpec, branch_folder
 
 if TYPE_CHECKING:
     from pipeline.ledger.lease import Holder, Leases

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from pipeline import flops
 from pipeline.model import build_model
-from pipeline.recipe import trained_precision
-from pipeline.spec import RunSpec
 from pipeline.train import autocast_for, make_optimizer
+from pipeline.vocab import flops
+from pipeline.vocab.recipe import trained_precision
+from pipeline.vocab.spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Curve:
 @dataclass(frozen=True)
 class Calibration:
     curves: dict[str, Curve]
-    """By the precision the runs train in ("fp32", "bf16": pipeline.recipe.trained_precision)."""
+    """By the precision the runs train in ("fp32", "bf16": pipeline.vocab.recipe.trained_precision)."""
     device: str = "cpu"
 
     def seconds(self, spec: RunSpec) -> float:

@@ -50,7 +50,7 @@ emulates bf16 and it is slower than fp32."""
 @functools.cache
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this machine's CPU computes bf16 natively (what precision auto needs on a CPU,
-    pipeline.recipe.resolve_auto). Read from the flags once per process (the planner asks for
+    pipeline.vocab.recipe.resolve_auto). Read from the flags once per process (the planner asks for
     every run), without importing torch; False where there is no /proc/cpuinfo (not Linux) or
     it names none of NATIVE_BF16_FLAGS."""
     try:
@@ -70,7 +70,7 @@ _PLANNED_CPU_BF16: ContextVar[bool | None] = ContextVar("planned_cpu_bf16", defa
 @contextmanager
 def planning_cpu(native_bf16: bool) -> Iterator[None]:
     """Plan as if for a CPU with (or without) native bf16, whatever this machine has: what
-    `precision: auto` resolves to (pipeline.recipe.resolve_auto) follows it."""
+    `precision: auto` resolves to (pipeline.vocab.recipe.resolve_auto) follows it."""
     token = _PLANNED_CPU_BF16.set(native_bf16)
     try:
         yield

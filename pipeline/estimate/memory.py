@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline import flops
+from pipeline.vocab import flops
 
 if TYPE_CHECKING:
-    from pipeline.families import ModelConfig
+    from pipeline.vocab.families import ModelConfig
 
 GIB = 2**30
 HEADROOM = 0.9  # a run fits when its estimated peak is at most this share of the memory

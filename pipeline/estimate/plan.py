@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pipeline import flops
 from pipeline.estimate.device import CPU_MFU, CPU_PEAK_FLOPS_PER_THREAD, Target, ram_bytes
 from pipeline.estimate.memory import GIB, HEADROOM, MemoryEstimate, training_memory
-from pipeline.recipe import trained_precision
-from pipeline.spec import RunSpec
+from pipeline.vocab import flops
+from pipeline.vocab.recipe import trained_precision
+from pipeline.vocab.spec import RunSpec
 
 # Calibration builds a model and times real steps: only shapes this machine affords, a
 # quarter of its RAM and ~20 s a step at its ~100 GFLOP/s per core (DEVELOPERS.md). Dearer
@@ -27,7 +27,7 @@ class PlanEstimate:
 
 
 def uses_bf16(spec: RunSpec, kind: str) -> bool:
-    """The trainer's rule (pipeline.recipe.trained_precision)."""
+    """The trainer's rule (pipeline.vocab.recipe.trained_precision)."""
     return trained_precision(spec.train.precision, kind) == "bf16"
 
 

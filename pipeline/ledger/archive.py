@@ -39,7 +39,6 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import keys
 from pipeline.ledger.untrusted_store import (
     PLACEHOLDER,
     check_store,
@@ -57,6 +56,7 @@ from pipeline.ledger.untrusted_tar import (
     LedgerArchiveError,
     extract,
 )
+from pipeline.vocab import keys
 
 __all__ = ["PLACEHOLDER", "LedgerArchiveError", "Packed", "main", "pack", "unpack"]
 # A finished or diverged run is never trained again: its checkpoints only cost space (a
@@ -159,7 +159,7 @@ def _add_checkpoints(tar: tarfile.TarFile, folder: Path, trials: list[tuple[str,
         if not ckpt or not path.is_dir():
             continue
         # A stopped run resumes from its step_* files; a WSD trunk's branch_* states
-        # (finished trunk or not) are where its branches start (pipeline/spec.py).
+        # (finished trunk or not) are where its branches start (pipeline/vocab/spec.py).
         wanted = [f for f in sorted(path.iterdir())
                   if (f.name.startswith("step_") and status not in _DONE
                       or f.name.startswith("branch_")) and not f.name.endswith(".tmp")]

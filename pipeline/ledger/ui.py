@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from pipeline import flops
-from pipeline.spec import RunSpec
+from pipeline.vocab import flops
+from pipeline.vocab.spec import RunSpec
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 """The experiment tag MLflow 3's UI reads to open an experiment as model training (runs

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 
 from rich.table import Table
 
-from pipeline import flops, keys
 from pipeline.config import SweepConfig
-from pipeline.families import data_unit
 from pipeline.grid import Plan
-from pipeline.recipe import precision_label
-from pipeline.spec import RunSpec
 from pipeline.terminal import console, say
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import data_unit
+from pipeline.vocab.recipe import precision_label
+from pipeline.vocab.spec import RunSpec
 
 
 def fmt(x: float) -> str:
@@ -103,7 +103,7 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
     console.print(line)
     if len(precisions) == 1:
         console.print(f"precision: {precisions.pop()} on the {kind} "
-                      f"(train.precision {cfg.train.precision!r}; pipeline/recipe.py)")
+                      f"(train.precision {cfg.train.precision!r}; pipeline/vocab/recipe.py)")
     if est is not None:
         t = est.target
         where = (f"checked against {_bytes(t.memory)} ({t.memory_source}; a run fits under "

@@ -26,18 +26,19 @@ from typing import Protocol
 
 import torch
 
-from pipeline import checkpoint, flops, keys
+from pipeline import checkpoint
 from pipeline.data import TokenData, load_data  # load_data: re-exported
 from pipeline.data.batches import unique_tokens_seen
-from pipeline.families import model_vocab_size
 from pipeline.ledger import ui
 from pipeline.model import build_model
-from pipeline.recipe import lr_at, trained_precision
-from pipeline.spec import RunSpec, branch_folder
 from pipeline.train import objective, parallel
 from pipeline.train.parallel import SINGLE, World
 from pipeline.train.passes import accuracy, autocast_for, evaluate, micro_batches, sample_tags
 from pipeline.vision.data import images_seen
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import model_vocab_size
+from pipeline.vocab.recipe import lr_at, trained_precision
+from pipeline.vocab.spec import RunSpec, branch_folder
 
 
 class Tracker(Protocol):
@@ -94,7 +95,7 @@ class RunResult:
     tokens: int  # D actually consumed
     params_total: int
     params_non_embedding: int
-    flops: dict[str, float]  # training FLOPs under each convention of pipeline.flops
+    flops: dict[str, float]  # training FLOPs under each convention of pipeline.vocab.flops
     final_val_loss: float = math.nan
     final_val_bpb: float = math.nan
     final_train_loss: float = math.nan

@@ -21,7 +21,6 @@ from typing import NoReturn
 import torch
 from pydantic import BaseModel, ValidationError
 
-from pipeline import flops
 from pipeline.config.schema import SWEEP_NAME
 from pipeline.config.sections import (
     DataSection,
@@ -32,9 +31,10 @@ from pipeline.config.sections import (
 )
 from pipeline.estimate.device import ram_bytes
 from pipeline.estimate.memory import GIB, HEADROOM, training_memory
-from pipeline.families import ModelConfig
-from pipeline.ledger.store import folder_problem
 from pipeline.train import pick_device
+from pipeline.vocab import flops
+from pipeline.vocab.families import ModelConfig
+from pipeline.vocab.store import folder_problem
 
 
 class OptionError(ValueError):

@@ -24,27 +24,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from pipeline import flops, keys
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
 from pipeline.estimate.device import planned_cpu_bf16
-from pipeline.families import (
-    FAMILIES,
-    ModelConfig,
-    ShapeError,
-    data_unit,
-    make_config,
-    model_vocab_size,
-    objective,
-)
-from pipeline.recipe import (
-    AUTO_BF16_MIN_D_MODEL,
-    ScalingRecipe,
-    precision_label,
-    resolve_auto,
-    trained_precision,
-)
-from pipeline.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 from pipeline.train import pick_device
 from pipeline.train.checks import (
     OneLineParser,
@@ -57,6 +39,24 @@ from pipeline.train.checks import (
     check_threads,
 )
 from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
+from pipeline.vocab import flops, keys
+from pipeline.vocab.families import (
+    FAMILIES,
+    ModelConfig,
+    ShapeError,
+    data_unit,
+    make_config,
+    model_vocab_size,
+    objective,
+)
+from pipeline.vocab.recipe import (
+    AUTO_BF16_MIN_D_MODEL,
+    ScalingRecipe,
+    precision_label,
+    resolve_auto,
+    trained_precision,
+)
+from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 if TYPE_CHECKING:
     from pipeline.tracking import Ledger, TrialRecord
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
                    help="auto: bf16 autocast on CUDA; on a CPU fp32, or bf16 with the head in "
                         "fp32 where it was measured faster and at parity (GPT from d_model "
-                        f"{AUTO_BF16_MIN_D_MODEL} on a CPU with native bf16: pipeline/recipe.py)")
+                        f"{AUTO_BF16_MIN_D_MODEL} on a CPU with native bf16: pipeline/vocab/recipe.py)")
     p.add_argument("--head-precision", default="autocast", choices=["autocast", "fp32"],
                    help="under bf16: the final norm and output head in bf16 (autocast) or fp32")
     p.add_argument("--experiment", default="single-runs",

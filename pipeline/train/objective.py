@@ -1,4 +1,4 @@
-"""The batches and loss weights of a family's objective (pipeline.families.FAMILY_OBJECTIVES).
+"""The batches and loss weights of a family's objective (pipeline.vocab.families.FAMILY_OBJECTIVES).
 
 causal    (x, y): windows and the same windows shifted by one token; every position a target.
 masked    (inputs, targets): windows with BERT's masking (pipeline.data.masking); targets are
@@ -23,9 +23,9 @@ import torch
 from pipeline.data import TokenData, eval_batches, get_batch
 from pipeline.data.batches import _to_device
 from pipeline.data.masking import IGNORE, eval_rng, mask_windows, train_rng
-from pipeline.families import objective
-from pipeline.spec import RunSpec
 from pipeline.vision.data import image_batch, val_batches
+from pipeline.vocab.families import objective
+from pipeline.vocab.spec import RunSpec
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

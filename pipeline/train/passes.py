@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from pipeline import keys
-from pipeline.families import objective
-from pipeline.recipe import trained_precision
-from pipeline.spec import RunSpec
 from pipeline.train.objective import eval_weights, is_masked, target_count
+from pipeline.vocab import keys
+from pipeline.vocab.families import objective
+from pipeline.vocab.recipe import trained_precision
+from pipeline.vocab.spec import RunSpec
 
 
 def autocast_for(spec: RunSpec, device: torch.device):

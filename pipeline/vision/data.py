@@ -32,7 +32,7 @@ from pipeline.vision.sources import ImageSource, parse_image_source
 if TYPE_CHECKING:
     import torch
 
-    from pipeline.spec import DataSpec
+    from pipeline.vocab.spec import DataSpec
 
 SPLIT_RULE = "per-class permutation rng([0x5EED, class]); val = first max(1, round(f * n))"
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}

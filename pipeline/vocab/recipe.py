@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipeline.spec import RunSpec
+    from pipeline.vocab.spec import RunSpec
 
 
 @dataclass(frozen=True)

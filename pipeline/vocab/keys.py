@@ -33,7 +33,7 @@ FINAL_WALL_S = "final/wall_s"  # training wall time of this attempt chain, secon
 FINAL_TOKENS_PER_S = "final/tokens_per_s"
 PARAMS_TOTAL = "model/params_total"  # N, Chinchilla's convention (all parameters)
 PARAMS_NON_EMBEDDING = "model/params_non_embedding"  # N, Kaplan's convention
-# C under each FLOP convention of pipeline.flops (training FLOPs = fwd + bwd).
+# C under each FLOP convention of pipeline.vocab.flops (training FLOPs = fwd + bwd).
 FLOPS_PREFIX = "final/flops_"  # + convention name, e.g. final/flops_exact, final/flops_6nd
 
 # --- tags ----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Why pure: the grid planner turns a compute budget C into tokens D before any model exists,
 and the analysis side never imports torch. The counts are derived from the fields of
-``pipeline.families.ModelConfig`` only, and are tested against ``pipeline.model.Transformer``
+``pipeline.vocab.families.ModelConfig`` only, and are tested against ``pipeline.model.Transformer``
 (``sum(p.numel())``) and against ``torch.utils.flop_counter.FlopCounterMode``.
 
 Parameters (``param_groups``)
@@ -59,7 +59,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # only for type hints
-    from pipeline.families import ModelConfig
+    from pipeline.vocab.families import ModelConfig
 
 CONVENTIONS: tuple[str, ...] = ("6nd", "6nd_non_embedding", "kaplan", "exact")
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pipeline.families import ModelConfig
+from pipeline.vocab.families import ModelConfig
 
 STDLIB_CORPORA = ("stdlib", "stdlib+tests", "site-packages")
 """The offline corpora of the running interpreter: its standard library's .py sources without
@@ -91,7 +91,7 @@ class TrainSpec:
     """Fixed validation batches per evaluation (of batch_size sequences each)."""
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     """auto: bf16 autocast on CUDA; on a CPU fp32, except where the planner resolves it to
-    bf16 with the head in fp32 (pipeline.recipe.resolve_auto: GPT from d_model 128 on a CPU
+    bf16 with the head in fp32 (pipeline.vocab.recipe.resolve_auto: GPT from d_model 128 on a CPU
     with native bf16)."""
     head_precision: Literal["autocast", "fp32"] = "autocast"
     """Under bf16 autocast, the final norm and the output head (the logits) in the autocast

@@ -1,7 +1,7 @@
 """The shape nearest a parameter count: what a planner asks of a family's shape rule.
 
-Kept apart from pipeline.families (which pipeline.flops needs for its types) because it
-counts parameters with pipeline.flops.
+Kept apart from pipeline.vocab.families (which pipeline.vocab.flops needs for its types) because it
+counts parameters with pipeline.vocab.flops.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 import numbers
 from typing import Literal
 
-from pipeline import flops
-from pipeline.families import ModelConfig, ShapeError, ShapeRule, shape_for_size
+from pipeline.vocab import flops
+from pipeline.vocab.families import ModelConfig, ShapeError, ShapeRule, shape_for_size
 
 
 def nearest_shape(

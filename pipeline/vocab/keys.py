@@ -93,3 +93,6 @@ SAMPLE_SEED = 0
 
 def flops_key(convention: str) -> str:
     return FLOPS_PREFIX + convention
+
+# --- the sweep's parent run ----------------------------------------------------------------
+PLAN_ARTIFACT = "plan.json"  # the plan manifest (pipeline.vocab.manifest) of the last launch

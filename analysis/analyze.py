@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis.checks.agreement import PAIRS, Agreement, compare_approaches
+from analysis.checks.agreement import Agreement, compare_approaches
 from analysis.checks.conventions import ConventionTable, timed_refit_conventions
 from analysis.checks.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
 from analysis.checks.heldout import HoldoutCheck, check_holdout
@@ -52,13 +52,14 @@ from analysis.checks.residuals import (
 from analysis.checks.schedules import ScheduleComparison, compare_schedules
 from analysis.checks.verdict import LAWS, Verdict, interval_problem, judge_laws
 from analysis.errors import FitError
-from analysis.fits.bootstrap import BY, Bootstrap, worker_pool
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
-from analysis.fits.table import FITS
+from analysis.fits.table import FITS, compared
+from analysis.numerics.bootstrap import BY, Bootstrap
+from analysis.numerics.threads import single_threaded_blas
+from analysis.numerics.workers import worker_pool
 from analysis.runs.selection import FitSelection, select_runs
 from analysis.runs.table import Excluded, RunsTable
-from analysis.threads import single_threaded_blas
 
 __all__ = ["Analysis", "Estimate", "Skipped", "analyze"]
 NOT_REQUESTED = Skipped("not requested")
@@ -100,7 +101,7 @@ class Analysis:
     """Which laws describe the runs and the headline law (analysis.checks.verdict)."""
     bootstrap_by: str = "run"
     """What each resample drew from: all runs ("run") or the runs of each budget ("budget";
-    analysis.fits.bootstrap)."""
+    analysis.numerics.bootstrap)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
@@ -147,7 +148,7 @@ def analyze(
     (the slowest check). ``max_epochs`` leaves out runs that repeated their data more than
     that (analysis.runs.selection). ``progress`` gets a line as each fit (with its bootstrap)
     is done. ``bootstrap_by`` "budget" resamples each IsoFLOP budget's runs within it
-    (analysis.fits.bootstrap.BY); "run" pools them."""
+    (analysis.numerics.bootstrap.BY); "run" pools them."""
     if bootstrap_by not in BY:
         raise ValueError(f"bootstrap_by must be one of {BY}, got {bootstrap_by!r}")
     wanted = set(FITS) if approaches is None else set(approaches)
@@ -188,7 +189,7 @@ def analyze(
         convention_refits=refits, schedules=compare_schedules(all_runs, spread),
         extrapolation=extrapolation, noise_split=_noise_split(noise, a2),
         noise_propagation=_propagation(runs, sigma, a2, ref, bootstrap, seed),
-        agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in PAIRS}),
+        agreement=compare_approaches({k: fits.get(k, NOT_REQUESTED) for k in compared()}),
         verdict=verdict, bootstrap_by=bootstrap_by,
     )
 
@@ -249,7 +250,8 @@ def compare_documented(fits: Mapping[str, Estimate | Skipped], ref: float,
 
 def _residuals(runs: RunsTable, fits: Mapping[str, Estimate | Skipped], sigma: float | None,
                *, with_parabolas: bool) -> tuple[ResidualCheck, ...]:
-    """Approach 3's, the parabolas' and the other laws' (analysis.checks.verdict.LAWS)."""
+    """Approach 3's, the parabolas' and the other judged laws' (analysis.checks.verdict.LAWS,
+    the entries of the table with ``FitSpec.judged``)."""
     a3 = fits.get("3", NOT_REQUESTED)
     out: tuple[ResidualCheck, ...] = (
         () if isinstance(a3, Skipped) else (approach3_residuals(runs, a3.fit, sigma),))

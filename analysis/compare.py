@@ -25,6 +25,7 @@ from analysis.comparison import Comparison, check_comparable, compare
 from analysis.inputs import BOOTSTRAP, SEED, finite_positive
 from analysis.runs.table import RunsTable
 from analysis.text import markdown_inline
+from pipeline.planned_view import SWEEP_FILE_VIEW
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,11 +37,13 @@ def parser() -> argparse.ArgumentParser:
                    help="also read the multiplier at this larger budget (repeatable)")
     p.add_argument("--tracking-uri", metavar="URI", help="MLflow store of sweep names")
     p.add_argument("--flops-convention", default=None,
-                   help="C of sweeps read by name (default: the sweep file's, else 6nd; an "
-                        "export keeps its own)")
+                   help="C of sweeps read by name (default: the sweep file's, else the one "
+                        "the sweep planned in, recorded in its ledger, else the one its runs "
+                        "recorded, else 6nd; an export keeps its own)")
     p.add_argument("--sweep-file-a", metavar="FILE",
                    help="A's sweep file: only the runs it plans now (as --sweep-file elsewhere)")
     p.add_argument("--sweep-file-b", metavar="FILE", help="the same for B")
+    p.set_defaults(sweep_file_view=SWEEP_FILE_VIEW)  # how the planner reads those files
     p.add_argument("--bootstrap", type=BOOTSTRAP, default=200, metavar="N",
                    help="resamples per side (default 200; 0: no intervals)")
     p.add_argument("--seed", type=SEED, default=0)
@@ -51,11 +54,14 @@ def parser() -> argparse.ArgumentParser:
 
 def load_side(spec: str, sweep_file: str | None, args: argparse.Namespace,
               side: str = "A") -> RunsTable:
-    """A sweep name, a runs export (.json) or a CSV (.csv) as a runs table; with a sweep
-    file, only the runs it plans now (as the other commands' --sweep-file). ``side`` names
-    the argument in errors."""
-    from analysis.cli import flops_convention
+    """A sweep name, a runs export (.json) or a CSV (.csv) as a runs table; a sweep's runs
+    are those of the plan its ledger records, or with a sweep file those the file plans now
+    (as the other commands' --sweep-file). ``side`` names the argument in errors."""
+    from analysis.cli import file_plan, flops_convention
 
+    asked = argparse.Namespace(sweep=spec, sweep_file=sweep_file, export=None,
+                               flops_convention=args.flops_convention,
+                               sweep_file_view=getattr(args, "sweep_file_view", None))
     if spec.endswith(".csv"):
         from analysis.runs.load import load_csv
 
@@ -67,15 +73,11 @@ def load_side(spec: str, sweep_file: str | None, args: argparse.Namespace,
     else:
         from analysis.runs.load import load_sweep
 
-        side = argparse.Namespace(sweep=spec, sweep_file=sweep_file, export=None,
-                                  flops_convention=args.flops_convention)
-        runs = load_sweep(spec, tracking_uri=args.tracking_uri,
-                          flops_convention=flops_convention(side), with_curves=False).runs
-    if sweep_file:
-        from analysis.runs.planned import restrict_to_sweep_file
-
-        runs = restrict_to_sweep_file(runs, sweep_file)
-    return runs
+        data = load_sweep(spec, tracking_uri=args.tracking_uri,
+                          flops_convention=flops_convention(asked), with_curves=False,
+                          use_plan=not sweep_file)
+        return file_plan(asked, data.runs, data.plan) if sweep_file else data.runs
+    return file_plan(asked, runs, runs.plan) if sweep_file else runs
 
 
 def _num(x: float) -> float | None:

@@ -34,11 +34,11 @@ from scipy.optimize import brentq
 
 from analysis.errors import DataError, FitError
 from analysis.fits.approach3 import Approach3Fit, fit_approach3, refit_starts
-from analysis.fits.bootstrap import Interval, resample_indices
 from analysis.fits.optimum import IsoFlopLines, lines_from_runs, optimal_allocation, optimum_along
+from analysis.numerics.bootstrap import Interval, resample_indices
+from analysis.numerics.threads import single_threaded_blas
 from analysis.runs.selection import select_runs
 from analysis.runs.table import RunsTable
-from analysis.threads import single_threaded_blas
 
 SAME = ("data_corpus", "data_tokenizer", "data_fingerprint", "seq_len")
 """Run columns that must agree between the sweeps for their losses to compare."""

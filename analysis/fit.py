@@ -15,16 +15,18 @@ import json
 
 from analysis.analyze import analyze
 from analysis.cli import Parser, add_bootstrap_by, add_input_arguments, load_input, run_main
-from analysis.fits.bootstrap import DEFAULT_RESAMPLES, default_jobs
 from analysis.fits.table import FITS
 from analysis.inputs import BOOTSTRAP, SEED, finite_positive, jobs
+from analysis.numerics.bootstrap import DEFAULT_RESAMPLES
+from analysis.numerics.workers import default_jobs
 from analysis.schema import analysis_to_json
+from pipeline.planned_view import SWEEP_FILE_VIEW
 
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m analysis.fit", description=__doc__.split("\n")[0],
                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_input_arguments(p)
+    add_input_arguments(p, SWEEP_FILE_VIEW)
     p.add_argument("--approach", choices=[*FITS, "all"], default="all",
                    help="which fit(s) to run, from the table of fits (default: all)")
     p.add_argument("--bootstrap", type=BOOTSTRAP, default=DEFAULT_RESAMPLES, metavar="N",

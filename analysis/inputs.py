@@ -56,16 +56,23 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _check_regular(st: os.stat_result, option: str, path: object) -> None:
+def _cap(limit: int) -> str:
+    return f"{limit:,}" + (" (analysis.inputs.MAX_INPUT_BYTES)" if limit == MAX_INPUT_BYTES
+                           else "")
+
+
+def _check_regular(st: os.stat_result, option: str, path: object,
+                   limit: int = MAX_INPUT_BYTES) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{option} {path}: is {_kind(st.st_mode)}, not a file")
-    if st.st_size > MAX_INPUT_BYTES:
+    if st.st_size > limit:
         raise InputError(f"{option} {path}: is {st.st_size:,} bytes; inputs are read "
-                         f"up to {MAX_INPUT_BYTES:,} (analysis.inputs.MAX_INPUT_BYTES)")
+                         f"up to {_cap(limit)}")
 
 
-def read_input(path: str | Path, option: str) -> bytes:
-    """The bytes of a regular file of at most MAX_INPUT_BYTES; InputError otherwise.
+def read_input(path: str | Path, option: str, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (MAX_INPUT_BYTES unless a
+    caller bounds its input tighter); InputError otherwise.
 
     Checked by name before it is opened (stat follows links, so a link to /dev/zero is a
     device): a FIFO would block the open until a writer comes, a device may never end. Then
@@ -74,19 +81,18 @@ def read_input(path: str | Path, option: str) -> bytes:
     (its stat says 0 bytes), cannot get past the cap.
     """
     try:
-        _check_regular(os.stat(path), option, path)
+        _check_regular(os.stat(path), option, path, limit)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         raise InputError(f"{option} {path}: cannot read: {e.strerror or e}") from e
     try:
         with os.fdopen(fd, "rb") as f:
-            _check_regular(os.fstat(f.fileno()), option, path)
-            data = f.read(MAX_INPUT_BYTES + 1)
+            _check_regular(os.fstat(f.fileno()), option, path, limit)
+            data = f.read(limit + 1)
     except OSError as e:
         raise InputError(f"{option} {path}: cannot read: {e.strerror or e}") from e
-    if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"{option} {path}: is over {MAX_INPUT_BYTES:,} bytes "
-                         "(analysis.inputs.MAX_INPUT_BYTES)")
+    if len(data) > limit:
+        raise InputError(f"{option} {path}: is over {_cap(limit)} bytes")
     return data
 
 

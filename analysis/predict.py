@@ -7,8 +7,9 @@
 Prints N_opt, D_opt, tokens per parameter and (Approach 3) the predicted loss, each with its
 95% bootstrap interval, then the nearest buildable shape of the sweep's family as a sweep file
 to run, or with --write FILE the next sweep file with the source sweep's whole recipe
-(analysis/next_sweep.py). C is in the fits' convention: --flops-convention, else the sweep
-file's (or the export's), else 6·N·D.
+(pipeline/next_sweep.py). C is in the fits' convention: --flops-convention, else the sweep
+file's (or the export's), else the one the sweep planned in (recorded in its ledger), else
+the one its runs recorded, else 6·N·D.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from analysis.cli import (
     run_main,
 )
 from analysis.errors import DataError, FitError
+from analysis.fits.table import predictable
 from analysis.inputs import BOOTSTRAP, SEED, check_new_file, finite_positive
 from analysis.runs.shapes import ShapeChoice, nearest_shape
 from analysis.schema import clean
 from analysis.text import fmt, fmt_interval
+from pipeline.planned_view import SWEEP_FILE_VIEW
 
 QUANTITIES = ("n_opt", "d_opt", "tokens_per_param", "loss_opt")
 CHINCHILLA_TOKENS_PER_PARAM = 20.0
@@ -45,10 +48,10 @@ file is checked before the fit."""
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m analysis.predict", description=__doc__.split("\n")[0],
                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_input_arguments(p)
+    add_input_arguments(p, SWEEP_FILE_VIEW)
     p.add_argument("--flops", type=finite_positive, required=True, metavar="C",
                    help="compute budget")
-    p.add_argument("--approach", choices=("1", "2", "3", "interaction", "kaplan_joint"),
+    p.add_argument("--approach", choices=predictable(),
                    default="3",
                    help="which allocation to use (default 3; 3 and the laws with an "
                         "interaction also predict the loss; fit.json's summary.headline says "
@@ -99,17 +102,23 @@ def predict(args: argparse.Namespace) -> dict:
 
 
 def _next_sweep(args: argparse.Namespace, n_opt: float, d_opt: float, *, write: bool) -> None:
-    """The --write file for this N_opt and D_opt, validated at its place; written if asked."""
-    from analysis.next_sweep import next_sweep_text, validate_next_sweep, write_next_sweep
+    """The --write file for this N_opt and D_opt, validated at its place; written if asked.
+    The planner writes it (pipeline.next_sweep: an entry point may import both sides); its
+    SweepError is this command's DataError, one error line and exit 2."""
+    from pipeline.config import SweepError
+    from pipeline.next_sweep import next_sweep_text, validate_next_sweep, write_next_sweep
 
     out = Path(args.write)
-    text = next_sweep_text(Path(args.sweep_file), out, flops=args.flops, n_opt=n_opt,
-                           d_opt=d_opt, approach=args.approach,
-                           convention=flops_convention(args))
-    if write:
-        write_next_sweep(out, text, "--write")
-    else:
-        validate_next_sweep(out, text, "--write")
+    try:
+        text = next_sweep_text(Path(args.sweep_file), out, flops=args.flops, n_opt=n_opt,
+                               d_opt=d_opt, approach=args.approach,
+                               convention=flops_convention(args))
+        if write:
+            write_next_sweep(out, text, "--write")
+        else:
+            validate_next_sweep(out, text, "--write")
+    except SweepError as e:
+        raise DataError(str(e)) from e
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -35,8 +35,8 @@ from analysis.analyze import analyze
 from analysis.checks.conventions import timed_refit_conventions
 from analysis.cli import Parser, add_bootstrap_by, add_input_arguments, load_input, run_main
 from analysis.errors import AnalysisError
-from analysis.fits.bootstrap import default_jobs, in_worker, worker_pool
 from analysis.inputs import BOOTSTRAP, SEED, check_name, jobs, missing_folders
+from analysis.numerics.workers import default_jobs, in_worker, worker_pool
 from analysis.reporting.document import to_html, to_markdown
 from analysis.reporting.figures import Context, draw_all
 from analysis.reporting.provenance import PACKAGE_ROOT, portable, provenance_lines
@@ -45,10 +45,10 @@ from analysis.reporting.samples import PROMPT, sample_jobs
 from analysis.reporting.sections import ReportInput, build
 from analysis.runs.export import FILE_NAME as EXPORT_FILE
 from analysis.runs.export import export_name, to_json_dict, write_export
-from analysis.runs.planned import sweep_corpus
 from analysis.schema import analysis_to_json
 from analysis.text import spreadsheet_cell
-from pipeline.data.files import DiskFullError, disk_full
+from pipeline.planned_view import SWEEP_FILE_VIEW
+from pipeline.vocab.disk import DiskFullError, disk_full
 from pipeline.vocab.store import folder_problem
 
 DEFAULT_BOOTSTRAP = 400
@@ -69,7 +69,7 @@ class ReportError(AnalysisError):
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m analysis.report", description=__doc__.split("\n")[0],
                formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_input_arguments(p)
+    add_input_arguments(p, SWEEP_FILE_VIEW)
     p.add_argument("--name", help="report name, the folder under reports/ (default: the sweep "
                                   "name, the export's, or the CSV's stem)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: reports/<name>)")
@@ -250,14 +250,19 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(**{c: frame[c].map(spreadsheet_cell) for c in text})
 
 
-def write_report(args: argparse.Namespace) -> Path:
-    """Load, fit, draw and write; returns the path of report.html."""
+def write_report(args: argparse.Namespace, *, log: Callable[[str], None] = _log,
+                 corpus: str | None = None, quoted_file: Path | None = None) -> Path:
+    """Load, fit, draw and write; returns the path of report.html. ``log``: the progress
+    lines; ``corpus``: the one text samples may read (default: the --sweep-file's);
+    ``quoted_file``: a sweep file quoted in the report (with its sha256 in the provenance)
+    without choosing the runs, as --sweep-file does (the sweep driver's own file: the runs
+    are those of the plan it recorded)."""
     started = time.monotonic()
     name = report_name(args)
     out = Path(args.out) if args.out is not None else Path("reports") / name
     check_target(out)  # before the runs are read: a refused folder costs no load
-    runs, curves = load_input(args)  # with --sweep-file: the runs it plans now
-    sweep_file = Path(args.sweep_file) if args.sweep_file else None
+    runs, curves = load_input(args, log=log)  # the ledger's plan, or --sweep-file's view
+    sweep_file = Path(args.sweep_file) if args.sweep_file else quoted_file
     sweep_text = None
     if sweep_file is not None and sweep_file.is_file():
         sweep_text = sweep_file.read_text(errors="replace")
@@ -270,9 +275,9 @@ def write_report(args: argparse.Namespace) -> Path:
                               **({"bootstrap_by": args.bootstrap_by}
                                  if args.bootstrap_by != "run" else {})})
     if not args.force and is_current(out, key):
-        _log(f"report: {out} kept: it was made from the same runs, curves, sweep file, "
-             f"options and code (--force makes it again); checked in "
-             f"{time.monotonic() - started:.1f} s")
+        log(f"report: {out} kept: it was made from the same runs, curves, sweep file, "
+            f"options and code (--force makes it again); checked in "
+            f"{time.monotonic() - started:.1f} s")
         return (out / "report.html").resolve()
     uri = args.tracking_uri
     if args.sweep and not uri:
@@ -281,17 +286,18 @@ def write_report(args: argparse.Namespace) -> Path:
         uri = mlflow.get_tracking_uri()  # the store load_sweep read: samples use the same
     with ExitStack() as stack:
         stack.enter_context(worker_pool(args.jobs))  # its workers start while this goes on
-        corpus = sweep_corpus(sweep_file) if sweep_file is not None and sweep_text else None
+        if corpus is None and args.sweep_file and sweep_text:
+            corpus = args.sweep_file_view.corpus(str(sweep_file))
         jobs = (stack.enter_context(sample_jobs(runs, tracking_uri=uri, prompt=args.prompt,
                                                 corpus=corpus))
                 if args.sweep else None)
         t0, cpu0 = time.monotonic(), time.process_time()
         result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                          n_jobs=args.jobs, max_epochs=args.max_epochs, conventions=False,
-                         progress=lambda line: _log(f"report: {line}"),
+                         progress=lambda line: log(f"report: {line}"),
                          bootstrap_by=args.bootstrap_by)
-        _log(f"report: fits with {args.bootstrap} bootstrap resamples in "
-             f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
+        log(f"report: fits with {args.bootstrap} bootstrap resamples in "
+            f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
         # The refits under the other conventions (analyze's last step) run in a worker while
         # this process draws the figures, which do not show them (issue 21: ~2 s each).
         refits = in_worker(timed_refit_conventions, result.fitted_runs, tuple(result.fits),
@@ -300,12 +306,12 @@ def write_report(args: argparse.Namespace) -> Path:
             t0, cpu0 = time.monotonic(), time.process_time()
             # The figures draw the fitted points (seeds averaged, held-out runs apart).
             figures = draw_all(Context(result, result.fitted_runs, curves), tmp / "figures")
-            _log(f"report: {sum(d.path is not None for d in figures.values())} figures in "
-                 f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
+            log(f"report: {sum(d.path is not None for d in figures.values())} figures in "
+                f"{time.monotonic() - t0:.1f} s ({time.process_time() - cpu0:.1f} s CPU)")
             table, seconds = refits.result()
             result = replace(result, convention_refits=table)
-            _log(f"report: refits under the other N and C conventions in {seconds:.1f} s"
-                 + (" (in a worker, beside the figures)" if args.jobs > 1 else ""))
+            log(f"report: refits under the other N and C conventions in {seconds:.1f} s"
+                + (" (in a worker, beside the figures)" if args.jobs > 1 else ""))
             samples = jobs.results() if jobs is not None and runs.generates else None
             info = ReportInput(
                 name=name, command=regenerate_command(args), runs=runs, figures=figures,
@@ -328,16 +334,36 @@ def write_report(args: argparse.Namespace) -> Path:
             if not args.csv:  # a CSV is its own export; a sweep's store may not travel
                 write_export(tmp / EXPORT_FILE, runs, curves, name=name)
             write_key(tmp, key)  # last: a folder without it is made again
-    _log(f"report: {out} written in {time.monotonic() - started:.1f} s")
+    log(f"report: {out} written in {time.monotonic() - started:.1f} s")
     return (out / "report.html").resolve()
 
 
-def _main(argv: list[str] | None) -> int:
+def report_sweep(name: str, uri: str, *, corpus: str | None, quoted_file: Path | None = None,
+                 log: Callable[[str], None] = _log, force: bool = False) -> Path:
+    """The report of sweep ``name`` in the store ``uri``, into reports/<name>/, as
+    `python -m analysis.report --sweep NAME --tracking-uri URI` makes it: the runs of the plan
+    the sweep recorded in its ledger, C in its convention. ``corpus``: the corpus its text
+    samples may read (the sweep's own; None: only a built-in one); ``quoted_file``: the sweep
+    file quoted in the report, with its sha256 in the provenance beside the plan's (it does
+    not choose the runs); ``log``: the progress lines. Returns the path of report.html;
+    AnalysisError (one line: analysis.cli.one_line) when there can be no report.
+
+    For the sweep driver: a call, not `main([...argv])` with stdout redirected."""
+    args = parser().parse_args(["--sweep", name, "--tracking-uri", uri,
+                                *(["--force"] if force else [])])
+    return _make(args, log, corpus, quoted_file)
+
+
+def _make(args: argparse.Namespace, log: Callable[[str], None], corpus: str | None,
+          quoted_file: Path | None = None) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never a window
-    args = parser().parse_args(argv)
-    print(write_report(args))
+    return write_report(args, log=log, corpus=corpus, quoted_file=quoted_file)
+
+
+def _main(argv: list[str] | None) -> int:
+    print(_make(parser().parse_args(argv), _log, None))
     return 0
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from analysis.fits.bootstrap import Interval
+from analysis.numerics.bootstrap import Interval
 
 
 def fmt(value: object) -> str:

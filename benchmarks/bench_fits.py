@@ -35,9 +35,9 @@ from scipy.optimize import minimize
 from scipy.special import huber, logsumexp
 
 from analysis.fits.approach3 import DEFAULT_GRID, HUBER_DELTA, bootstrap_approach3, fit_approach3
-from analysis.fits.bootstrap import resample_indices
+from analysis.numerics.bootstrap import resample_indices
+from analysis.numerics.threads import single_threaded_blas
 from analysis.runs.load import load_csv
-from analysis.threads import single_threaded_blas
 
 EPOCH = Path(__file__).resolve().parents[1] / "tests" / "data" / "chinchilla_epoch_fig4.csv"
 CHINCHILLA_FLOPS = 5.76e23

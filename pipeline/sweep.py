@@ -3,14 +3,18 @@
   1. load + validate the sweep file (errors before Ray or MLflow is touched)
   2. expand to RunSpecs; --dry-run prints the plan with a measured time estimate and stops
   3. build the token cache once, here, so workers only read it
-  4. MLflow ledger: create the store (once, here), the parent run, and a child run per spec;
-     finished and diverged runs are skipped, failed ones retried, interrupted ones resumed
-     from their last checkpoint; a run is trained only under its lease, so two drivers of
-     one sweep train each run once (pipeline.driver.runner, pipeline.ledger.lease)
+  4. MLflow ledger: create the store (once, here), the parent run with the plan manifest
+     (keys.PLAN_ARTIFACT: the run ids, roles, budgets and FLOP convention the analysis reads
+     instead of planning the file again; the held-out runs join it once planned), and a child
+     run per spec; finished and diverged runs are skipped, failed ones retried, interrupted
+     ones resumed from their last checkpoint; a run is trained only under its lease, so two
+     drivers of one sweep train each run once (pipeline.driver.runner, pipeline.ledger.lease)
   5. one Ray task per run (Ray Core, not Tune: we need no search algorithm or scheduler, and
      a task per RunSpec keeps the ledger, retries and resume in our hands; Tune's experiment
      state is what made restoring failed sweeps fragile for users)
-  6. progress on the terminal; Ctrl-C marks runs in flight killed (they resume next time)
+  6. progress on the terminal; Ctrl-C marks runs in flight killed (they resume next time);
+     held-out budgets once the main runs are in: Approach 2 fitted on them here (this entry
+     point composes the analysis), the runs planned at its optimum by pipeline.holdout
   7. summary table, then the fit and report (analysis.report) and the path to it
 """
 
@@ -18,16 +22,14 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import json
 import math
 import os
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from pipeline.config import SweepConfig, SweepError, load_sweep
+from pipeline.config import SweepConfig, SweepError, load_sweep_and_sha256
 from pipeline.data.repetition import repetition_problem
 from pipeline.driver.capacity import local_problem
 from pipeline.driver.runner import run_sweep, sigterm_as_interrupt, slots_here
@@ -37,6 +39,7 @@ from pipeline.preflight import driver_problem
 from pipeline.terminal import chatty, configure, console, json_mode, say
 from pipeline.terminal.tables import dur, print_plan, summary
 from pipeline.vocab import flops, keys
+from pipeline.vocab.manifest import PlanManifest, plan_manifest
 
 
 def _positive(text: str) -> float:
@@ -53,7 +56,8 @@ def _fraction(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m pipeline.sweep`."""
     p = argparse.ArgumentParser(prog="python -m pipeline.sweep",
                                 description="Plan, run, record and report a scaling sweep.")
     p.add_argument("sweep_file")
@@ -79,11 +83,16 @@ def main(argv: list[str] | None = None) -> int:
                      help="print only errors, warnings and where the results are")
     out.add_argument("--json", action="store_true",
                      help="human output on stderr; stdout is one JSON object at the end")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     configure(quiet=args.quiet, json_out=args.json)
 
-    if (cfg := _checked_sweep(args)) is None:
+    if (checked := _checked_sweep(args)) is None:
         return 2
+    cfg, sweep_sha256 = checked  # the hash of the bytes validated, for the plan manifest
     vocab = vocab_size_for(cfg)
     if vocab is None:  # chars: the vocabulary depends on the corpus
         from pipeline.data import load_data
@@ -127,10 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     print_plan(cfg, plan, None, slots)
     t0 = time.monotonic()
     sigterm_as_interrupt()
+    manifest = plan_manifest(cfg.name, sweep_sha256, cfg.flops_convention, plan.specs)
     try:
         results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
-                            checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus)
-        plan = _run_holdout(cfg, plan, data, args, uri, vocab, slots, results)
+                            checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus,
+                            manifest=manifest)
+        plan = _run_holdout(cfg, plan, data, args, uri, vocab, slots, results, manifest)
     except SweepError as e:  # the ledger holds runs on other tokens
         print(f"error: {args.sweep_file}: {e}", file=sys.stderr)
         return 2
@@ -146,18 +157,20 @@ def main(argv: list[str] | None = None) -> int:
     say(f"sweep {cfg.name!r}: {len(results)} runs in {dur(time.monotonic() - t0)}; "
         f"tracking at {uri}")
     say(f"compare them in the MLflow UI: {page}")
-    report = None if args.no_report else _report(cfg.name, uri, args.sweep_file)
+    report = (None if args.no_report else
+              _report(cfg.name, uri, data_spec_for(cfg, args.sweep_file).corpus,
+                      args.sweep_file))
     if json_mode():
         print(json.dumps(sweep_json(cfg.name, uri, page, plan, results, report), indent=2))
     return 1 if failed else 0
 
 
-def _checked_sweep(args: argparse.Namespace) -> SweepConfig | None:
+def _checked_sweep(args: argparse.Namespace) -> tuple[SweepConfig, str] | None:
     """The sweep file, validated, whose runs fit where they would train (a run no node can
-    hold would leave Ray waiting for ever: pipeline.driver.capacity); None after one error
-    line on stderr."""
+    hold would leave Ray waiting for ever: pipeline.driver.capacity), and the sha256 of its
+    bytes (one read); None after one error line on stderr."""
     try:
-        cfg = load_sweep(args.sweep_file)
+        cfg, sha256 = load_sweep_and_sha256(args.sweep_file)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return None
@@ -165,33 +178,76 @@ def _checked_sweep(args: argparse.Namespace) -> SweepConfig | None:
                                 dry_run=args.dry_run):
         print(f"error: {args.sweep_file}: {problem}", file=sys.stderr)
         return None
-    return cfg
+    return cfg, sha256
 
 
 def _run_holdout(cfg: SweepConfig, plan: Plan, data, args: argparse.Namespace, uri: str,
-                 vocab: int, slots: int, results: dict[str, dict]) -> Plan:
+                 vocab: int, slots: int, results: dict[str, dict],
+                 manifest: PlanManifest) -> Plan:
     """The held-out budgets, once the main runs are in: planned at the optimum their fit
-    predicts, then trained; returns the whole plan (main + held-out) for the summary."""
+    predicts, recorded in the plan manifest, then trained; returns the whole plan (main +
+    held-out) for the summary."""
     holdout = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if holdout is None:
         return plan
     try:
-        h_plan = holdout_plan(cfg, args.sweep_file, vocab, uri, plan)
+        n_opt = predicted_optimum(cfg, args.sweep_file, uri, plan)
+        h_plan = holdout_plan(cfg, n_opt, args.sweep_file, vocab)
     except HoldoutError as e:
         say(f"[red]held-out budgets not run[/]: {e}")
         results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
     else:
         h_plan = _refuse_repetition(h_plan, cfg, len(data.train), args.sweep_file, results)
         print_plan(cfg, h_plan, None, slots)
+        held_out = plan_manifest(cfg.name, manifest.sweep_sha256, cfg.flops_convention,
+                                 h_plan.specs)
         try:
             results.update(run_sweep(cfg, h_plan, data, address=args.address, uri=uri,
                                      checkpoint_root=Path(args.checkpoint_dir).resolve(),
-                                     cpus=args.cpus))
+                                     cpus=args.cpus, manifest=manifest.with_runs(held_out.runs)))
         except SweepError as e:
             say(f"[red]held-out budgets not run[/]: {e}")
             results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}
         plan = Plan(plan.specs + h_plan.specs, plan.skipped + h_plan.skipped)
     return plan
+
+
+def predicted_optimum(cfg: SweepConfig, sweep_file: str, uri: str,
+                      plan: Plan) -> dict[float, float]:
+    """The compute-optimal N at each held-out budget, as Approach 2 (IsoFLOP parabolas ->
+    N_opt = k C^a) fitted on the sweep's main runs in the ledger predicts it; the lines say it.
+
+    C is read under the sweep's planning convention, so N_opt(C) is read at the held-out
+    budget in the same units. ``plan`` is the main plan the driver ran: the ledger's runs
+    outside it (of an earlier version of the file, or its held-out runs) are not fitted, and a
+    file edited meanwhile changes nothing. HoldoutError when there is no fit. The analysis is
+    composed here, in the entry point: pipeline.holdout plans from the numbers alone."""
+    from analysis.errors import AnalysisError
+    from analysis.fits.approach2 import fit_approach2
+    from analysis.runs.load import load_sweep as load_runs
+    from analysis.runs.planned import restrict_to_plan
+
+    assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
+    try:
+        runs = load_runs(cfg.name, tracking_uri=uri, flops_convention=cfg.flops_convention,
+                         with_curves=False, log=lambda _m: None).runs
+    except AnalysisError as e:
+        raise HoldoutError(f"cannot load the main runs: {e}") from e
+    try:
+        runs = restrict_to_plan(runs, {s.run_id for s in plan.specs}, sweep_file)
+    except AnalysisError as e:
+        raise HoldoutError(f"cannot tell the main runs of {sweep_file}: {e}") from e
+    main = runs.frame[runs.frame["role"] != keys.ROLE_HOLDOUT]
+    try:
+        fit = fit_approach2(*(main[k].to_numpy(float) for k in ("N", "D", "C", "loss", "budget")))
+    except AnalysisError as e:
+        raise HoldoutError(f"Approach 2 cannot be fitted on the main budgets, so there is no "
+                           f"predicted optimum to train at: {e}") from e
+    n_opt = {c: float(fit.n_opt(c)) for c in cfg.isoflop.holdout.budgets}
+    for c, n in n_opt.items():
+        console.print(f"held-out budget C={c:.3g}: Approach 2 on the main budgets "
+                      f"(a = {fit.a:.3f}) predicts N_opt = {n:,.0f}")
+    return n_opt
 
 
 def _estimate(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int,
@@ -255,37 +311,35 @@ def _data_for(cfg: SweepConfig, sweep_file: str, load_data):
     return None
 
 
-def _report(name: str, uri: str, sweep_file: str) -> str | None:
-    """Fit and report; a failure here never touches the runs (they are in the ledger). Returns
-    the report's path, None when there is none. Its progress lines (stderr) and path (stdout)
-    follow the mode: as they are by default, on stderr with --json, kept back with --quiet
-    unless it fails."""
-    from analysis import report
+def _report(name: str, uri: str, corpus: str, sweep_file: str) -> str | None:
+    """Fit and report (analysis.report.report_sweep: the runs of the plan this sweep recorded,
+    C in its convention); a failure here never touches the runs (they are in the ledger).
+    Returns the report's path, None when there is none. Its progress lines go to stderr by
+    default and with --json, and are kept back with --quiet unless it fails. ``corpus``: the
+    sweep's own, which the report's text samples may read; ``sweep_file`` is quoted in it."""
+    from analysis.errors import AnalysisError
+    from analysis.report import report_sweep
 
     regenerate = f"python -m analysis.report --sweep {name} --tracking-uri {uri}"
-    err = io.StringIO()  # --quiet keeps the report's lines back, to show them if it fails
-    if chatty():
-        routes = (sys.stdout, sys.stderr)
-    elif json_mode():
-        routes = (sys.stderr, sys.stderr)
-    else:
-        routes = (io.StringIO(), err)
+    kept: list[str] = []  # --quiet keeps the report's lines back, to show them if it fails
+    def log(line: str) -> None:
+        if chatty() or json_mode():
+            print(line, file=sys.stderr, flush=True)
+        else:
+            kept.append(line)
+
     try:
-        with redirect_stdout(routes[0]), redirect_stderr(routes[1]):
-            rc = report.main(["--sweep", name, "--tracking-uri", uri, "--sweep-file",
-                              sweep_file])
+        path = report_sweep(name, uri, corpus=corpus, quoted_file=Path(sweep_file), log=log)
+    except AnalysisError as e:
+        print("".join(f"{line}\n" for line in kept), end="", file=sys.stderr)
+        say(f"[yellow]no report[/]: {e}; retry with: {regenerate}")
+        return None
     except Exception as e:  # noqa: BLE001 - the sweep succeeded; say what failed and how to retry
         say(f"[red]report failed[/]: {type(e).__name__}: {e}. The runs are safe; "
             f"retry with: {regenerate}")
         return None
-    if rc:
-        print(err.getvalue(), end="", file=sys.stderr)
-        say(f"[yellow]no report[/] (analysis.report exited {rc}); retry with: {regenerate}")
-        return None
-    path = str(Path("reports") / name / "report.html")
-    if not chatty():
-        say(f"report: {path}")
-    return path
+    say(f"report: {path}")
+    return str(path)
 
 
 def sweep_json(name: str, uri: str, page: str, plan: Plan, results: dict[str, dict],

@@ -22,6 +22,7 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +41,8 @@ from mlflow.exceptions import MlflowException
 
 from pipeline.ledger import ui
 from pipeline.vocab import keys
+from pipeline.vocab.manifest import MAX_BYTES as MAX_PLAN_BYTES
+from pipeline.vocab.manifest import PlanManifest, manifest_from_json
 from pipeline.vocab.spec import RunSpec, flatten
 from pipeline.vocab.store import folder_problem, sqlite_file
 
@@ -275,6 +278,49 @@ class Ledger:
         # Two drivers starting together tag the one parent run at once (see mark).
         _again_after_a_unique_race(lambda: self.client.log_batch(run_id, tags=run_tags))
         return run_id
+
+    def write_plan(self, parent_run_id: str, manifest: PlanManifest) -> None:
+        """The plan manifest as the parent run's keys.PLAN_ARTIFACT (replacing the one there:
+        two drivers of one sweep write the same plan, one whole file each). A local plan.json
+        that is a link is removed first, never written through (docs/untrusted.md)."""
+        local = self._local_plan(parent_run_id)
+        if local is not None and local.is_symlink():
+            local.unlink()
+        self.client.log_dict(parent_run_id, manifest.to_dict(), keys.PLAN_ARTIFACT)
+
+    def read_plan(self, parent_run_id: str) -> PlanManifest | None:
+        """The parent run's plan manifest; None when it has none, or one this code would not
+        write (checked field by field: pipeline.vocab.manifest), or it cannot be read. Read
+        only as a regular file (not a link) of at most MAX_PLAN_BYTES: a ledger may be
+        someone else's."""
+        try:
+            local = self._local_plan(parent_run_id)
+            if local is not None:
+                if not local.is_file() or local.is_symlink() \
+                        or local.stat().st_size > MAX_PLAN_BYTES:
+                    return None
+                with open(local, "rb") as f:
+                    data = f.read(MAX_PLAN_BYTES + 1)
+            else:
+                listed = {a.path: a for a in self.client.list_artifacts(parent_run_id)}
+                info = listed.get(keys.PLAN_ARTIFACT)
+                if info is None or info.is_dir or (info.file_size or 0) > MAX_PLAN_BYTES:
+                    return None
+                with tempfile.TemporaryDirectory(prefix="plan-") as tmp:
+                    path = self.client.download_artifacts(parent_run_id, keys.PLAN_ARTIFACT, tmp)
+                    data = Path(path).read_bytes()[: MAX_PLAN_BYTES + 1]
+            return manifest_from_json(data, f"run {parent_run_id}: {keys.PLAN_ARTIFACT}")
+        except (MlflowException, OSError, ValueError, RecursionError):
+            return None  # a partial write, or not a plan this code writes
+
+    def _local_plan(self, run_id: str) -> Path | None:
+        """Where the run's plan.json is when its artifacts are files here, else None."""
+        uri = self.client.get_run(run_id).info.artifact_uri or ""
+        if urlsplit(uri).scheme not in ("", "file"):
+            return None
+        from mlflow.utils.file_utils import local_file_uri_to_path
+
+        return Path(local_file_uri_to_path(uri)) / keys.PLAN_ARTIFACT
 
     def create_trial(self, spec: RunSpec, parent_run_id: str | None) -> TrialRecord:
         """A new child run for spec, with params, tags and the resolved spec as an artifact."""

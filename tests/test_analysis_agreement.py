@@ -8,8 +8,8 @@ import pytest
 
 from analysis.checks.agreement import Agreement, compare_approaches, paired_difference
 from analysis.errors import FitError
-from analysis.fits.bootstrap import Bootstrap, Interval, run_bootstrap
 from analysis.fits.results import Estimate, Skipped
+from analysis.numerics.bootstrap import Bootstrap, Interval, run_bootstrap
 
 RNG = np.random.default_rng(5)
 X = RNG.normal(0.5, 0.2, size=30)

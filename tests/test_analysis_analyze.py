@@ -15,9 +15,10 @@ import pytest
 from analysis.analyze import Estimate, Skipped, analyze
 from analysis.checks.conventions import timed_refit_conventions
 from analysis.checks.published import DOCUMENTED, compare
-from analysis.fits import bootstrap as bootstrap_module
 from analysis.fits.approach3 import DEFAULT_GRID, _prepare, _Refit, fit_approach3, screen_starts
-from analysis.fits.bootstrap import Interval, run_bootstrap
+from analysis.numerics import bootstrap as bootstrap_module
+from analysis.numerics import workers as workers_module
+from analysis.numerics.bootstrap import Interval, run_bootstrap
 from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
 from analysis.schema import analysis_to_json
 
@@ -123,7 +124,7 @@ def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes(monk
     again = run_bootstrap(len(n), refit, n_resamples=12, seed=5)
     other = run_bootstrap(len(n), refit, n_resamples=12, seed=6)
     two_jobs = run_bootstrap(len(n), refit, n_resamples=12, seed=5, n_jobs=2)
-    with bootstrap_module.worker_pool(2):  # one pool shared by two bootstraps
+    with workers_module.worker_pool(2):  # one pool shared by two bootstraps
         shared = [run_bootstrap(len(n), refit, n_resamples=12, seed=5, n_jobs=2)
                   for _ in range(2)]
     np.testing.assert_array_equal(one.samples["alpha"], again.samples["alpha"])
@@ -131,7 +132,7 @@ def test_bootstrap_is_reproducible_by_seed_and_the_same_in_worker_processes(monk
     for boot in shared:
         np.testing.assert_array_equal(one.samples["alpha"], boot.samples["alpha"])
         np.testing.assert_array_equal(one.fitted, boot.fitted)
-    assert bootstrap_module._POOL is None  # the pool ends with its block
+    assert workers_module._POOL is None  # the pool ends with its block
     assert not np.array_equal(one.samples["alpha"], other.samples["alpha"])
 
 
@@ -139,11 +140,11 @@ def test_a_pool_left_at_once_waits_for_its_starting_workers_and_ends_them():
     """The workers start from a thread while the caller goes on (the report's full-data fits):
     a block that ends before they are up (an error at once) still ends with every worker
     gone and no thread left starting them."""
-    with pytest.raises(RuntimeError, match="at once"), bootstrap_module.worker_pool(2):
-        pool = bootstrap_module._POOL[1]
+    with pytest.raises(RuntimeError, match="at once"), workers_module.worker_pool(2):
+        pool = workers_module._POOL[1]
         raise RuntimeError("at once")
     assert not [t for t in threading.enumerate() if t.name == "pool-start"]
-    assert bootstrap_module._POOL is None
+    assert workers_module._POOL is None
     workers = list(pool._processes.values()) if pool._processes else []
     assert all(w.exitcode is not None for w in workers)
 
@@ -153,19 +154,19 @@ def test_the_pool_preloads_what_its_workers_run_and_not_the_rest_of_the_report()
     it would import that module in its worker, on the report's clock. The workers run the
     fits' refits and the convention refits; the preload holds both and leaves out what only
     the report's own process needs (analysis.analyze's checks, scipy.stats, matplotlib)."""
-    code = ("import sys; import " + ", ".join(bootstrap_module.POOL_PRELOAD) + "; print(sorted("
+    code = ("import sys; import " + ", ".join(workers_module.POOL_PRELOAD) + "; print(sorted("
             "m for m in ('analysis.analyze', 'scipy.stats', 'matplotlib') if m in sys.modules), "
             "[n for n, s in __import__('analysis.fits.table').fits.table.FITS.items() "
             "if s.run.__module__ not in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.split() == ["[]", "[]"]
-    assert timed_refit_conventions.__module__ in bootstrap_module.POOL_PRELOAD
+    assert timed_refit_conventions.__module__ in workers_module.POOL_PRELOAD
 
 
 def test_fit_json_is_the_same_with_one_process_or_a_pool(monkeypatch):
     """With --jobs 2 the fits run at once in threads and their resamples are split over two
-    workers (analysis.analyze.fit_all, analysis.fits.bootstrap); fit.json must be the one that
+    workers (analysis.analyze.fit_all, analysis.numerics.bootstrap); fit.json must be the one that
     a single process makes, to the last bit."""
     monkeypatch.setattr(bootstrap_module, "MIN_PARALLEL_RESAMPLES", 1)  # pools even for 16
     runs = isoflop_runs(LAW, BUDGETS[:4], sizes_per_budget=5, noise=0.01, seed=4)

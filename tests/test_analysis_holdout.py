@@ -13,8 +13,8 @@ from analysis.analyze import Estimate, Skipped, analyze
 from analysis.checks.heldout import HoldoutCheck, HoldoutRow, _interval, check_holdout, fit_frontier
 from analysis.errors import DataError
 from analysis.fits.approach2 import Approach2Fit, BudgetMinimum
-from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.powerlaw import PowerLaw
+from analysis.numerics.bootstrap import Bootstrap
 from analysis.reporting.checks import holdout_summary
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 from analysis.schema import analysis_to_json

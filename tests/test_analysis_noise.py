@@ -207,7 +207,7 @@ def test_a_misfit_is_many_times_the_noise(runs, result):
 
 def test_noise_is_pooled_separately_near_and_away_from_the_optimum() -> None:
     from analysis.checks.noise import NoiseEstimate, NoiseGroup, split_by_optimum
-    from analysis.fits.bootstrap import Interval
+    from analysis.numerics.bootstrap import Interval
 
     def group(n: float, budget: float, std: float, seeds: int = 3) -> NoiseGroup:
         return NoiseGroup(family="gpt", N=n, D=1e6, budget=budget, schedule="cosine",
@@ -250,7 +250,7 @@ def test_noise_propagation_is_the_spread_that_the_noise_alone_brings() -> None:
 
 
 def test_analysis_reports_the_propagation_only_with_measured_noise() -> None:
-    from analysis.fits.bootstrap import Bootstrap
+    from analysis.numerics.bootstrap import Bootstrap
 
     with_seeds = analyze(replicated_runs(LAW, BUDGETS, seeds=3, noise=NOISE, seed=1),
                          bootstrap=30, approaches=("2",), conventions=False)

@@ -273,9 +273,11 @@ def test_c_is_the_sweep_files_convention_unless_the_command_names_one(tmp_path):
     import argparse
 
     from analysis.cli import flops_convention
+    from pipeline.planned_view import SWEEP_FILE_VIEW
 
     def args(**kw):
-        base = {"sweep": "demo", "sweep_file": None, "flops_convention": None}
+        base = {"sweep": "demo", "sweep_file": None, "flops_convention": None,
+                "sweep_file_view": SWEEP_FILE_VIEW}
         return argparse.Namespace(**{**base, **kw})
 
     sweeps = Path(__file__).resolve().parents[1] / "sweeps"
@@ -286,7 +288,8 @@ def test_c_is_the_sweep_files_convention_unless_the_command_names_one(tmp_path):
     assert flops_convention(args(sweep_file=str(sixnd))) == "6nd"
     assert flops_convention(args(sweep_file=str(sweeps / "chinchilla.yaml"),
                                  flops_convention="6nd")) == "6nd"
-    assert flops_convention(args()) == "6nd"  # no file to ask: Chinchilla's C = 6ND
+    assert flops_convention(args()) is None  # no file to ask: the ledger's (load_sweep)
+    assert flops_convention(args(sweep=None, csv="x.csv")) == "6nd"  # Chinchilla's C = 6ND
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nflops_convention: 7nd\n")
     with pytest.raises(DataError, match="bad.yaml"):
@@ -304,7 +307,7 @@ def test_predict_writes_the_next_sweep_with_the_source_recipe(store, tmp_path, c
 
     # The synthetic runs are no plan of chinchilla.yaml: keep them all (restrict_to_plan is
     # tested in tests/test_sweep_options.py).
-    monkeypatch.setattr("analysis.runs.planned.restrict_to_sweep_file", lambda runs, _f: runs)
+    monkeypatch.setattr("pipeline.planned_view.sweep_file_manifest", lambda *_a: None)
     source = Path(__file__).resolve().parents[1] / "sweeps" / "chinchilla.yaml"
     out = tmp_path / "next.yaml"
     args = ["--sweep", "demo", "--tracking-uri", store, "--sweep-file", str(source),

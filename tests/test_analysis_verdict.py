@@ -17,9 +17,9 @@ from analysis.checks.verdict import (
     choose_headline,
     interval_problem,
 )
-from analysis.fits.bootstrap import Bootstrap, Interval
 from analysis.fits.optimum import fit_lines, optimal_allocation
 from analysis.fits.results import Estimate
+from analysis.numerics.bootstrap import Bootstrap, Interval
 from analysis.reporting.checks import agreement_word
 from analysis.reporting.document import Table
 from analysis.reporting.laws import headline_line, laws_section

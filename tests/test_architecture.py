@@ -1,6 +1,14 @@
-"""The shape of the code, checked: no import circle between files (lazy imports inside
-functions count too), no flat folder of more than 15 modules in analysis/, no module over 500
-lines and no function over 100 lines outside tests.
+"""The shape of the code, checked: layers that only point down (docs/architecture.md), no
+import circle between files (lazy imports inside functions count too), no flat folder of more
+than 15 modules in analysis/, no module over 500 lines and no function over 100 lines outside
+tests.
+
+The layers: pipeline/vocab/ is the shared vocabulary (what a run is, its FLOPs, the ledger's
+keys, the plan manifest), imported by both sides and importing nothing else of the project
+nor anything outside the standard library; the analysis imports from pipeline/ only the
+vocabulary, and the rest of pipeline/ never imports the analysis. Only the entry points (the
+`python -m` commands of README.md) compose both: the sweep fits its held-out budgets and
+writes its report, analysis.predict --write plans a follow-up sweep.
 
 Why: a circle means two files that cannot be read (or changed) one without the other; a flat
 folder of 40 files hides which ones belong together. The limits are the ones the layout issue
@@ -20,6 +28,13 @@ CODE_DIRS = (*PACKAGES, "benchmarks")
 MAX_MODULES_PER_FOLDER = 15
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 100
+VOCABULARY = "pipeline.vocab"
+ENTRY_POINTS = frozenset({
+    "pipeline.sweep", "pipeline.sample", "pipeline.train.__main__", "pipeline.data.__main__",
+    "pipeline.ledger.__main__", "analysis.fit", "analysis.report", "analysis.predict",
+    "analysis.compare",
+})
+"""The `python -m` commands (README.md): the only modules that may import both sides."""
 
 
 def _files() -> list[Path]:
@@ -109,6 +124,77 @@ def test_the_graph_sees_lazy_and_relative_imports() -> None:
     graph = import_graph()
     assert "pipeline.vocab.flops" in graph["pipeline.grid"]
     assert all(graph[m] <= set(graph) for m in graph)
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _imports_outside(path: Path) -> set[str]:
+    """Top-level names of what ``path`` imports that are not the project's (absolute only)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name.partition(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.partition(".")[0])
+    return found - set(PACKAGES)
+
+
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports against the layers: the vocabulary importing the rest of the project, the
+    analysis importing pipeline/ outside the vocabulary, pipeline/ importing the analysis;
+    entry points excepted."""
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        for t in sorted(targets):
+            if _within(mod, VOCABULARY) and not _within(t, VOCABULARY):
+                bad.append(f"{mod} -> {t} (the vocabulary imports only itself)")
+            elif mod in ENTRY_POINTS or _within(mod, VOCABULARY):
+                continue
+            elif _within(mod, "analysis") and _within(t, "pipeline") \
+                    and not _within(t, VOCABULARY):
+                bad.append(f"{mod} -> {t} (the analysis imports only pipeline.vocab)")
+            elif _within(mod, "pipeline") and _within(t, "analysis"):
+                bad.append(f"{mod} -> {t} (pipeline/ never imports the analysis)")
+    return bad
+
+
+def test_the_layer_check_finds_crossings() -> None:
+    graph = {"pipeline.vocab.keys": {"pipeline.grid"}, "analysis.x": {"pipeline.grid"},
+             "analysis.y": {"pipeline.vocab.keys"}, "pipeline.grid": {"analysis.y"},
+             "analysis.fit": {"pipeline.grid"}}
+    assert crossings(graph) == [
+        "analysis.x -> pipeline.grid (the analysis imports only pipeline.vocab)",
+        "pipeline.grid -> analysis.y (pipeline/ never imports the analysis)",
+        "pipeline.vocab.keys -> pipeline.grid (the vocabulary imports only itself)"]
+
+
+def test_layers_only_point_down() -> None:
+    graph = import_graph()
+    assert set(graph) >= ENTRY_POINTS, ENTRY_POINTS - set(graph)
+    bad = crossings(graph)
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_the_entry_points_are_the_readmes_commands() -> None:
+    """A module is exempt from the layer rules only as a documented command."""
+    import re
+
+    named = set(re.findall(r"python -m ((?:pipeline|analysis)[\w.]*)",
+                           (ROOT / "README.md").read_text()))
+    graph = import_graph()
+    as_modules = {f"{m}.__main__" if f"{m}.__main__" in graph else m for m in named}
+    assert as_modules == ENTRY_POINTS
+
+
+def test_the_vocabulary_needs_only_the_standard_library() -> None:
+    """No torch, MLflow, Ray or pydantic: the analysis reads the vocabulary without them."""
+    import sys
+
+    outside = {str(p.relative_to(ROOT)): sorted(names) for p in (ROOT / "pipeline" / "vocab")
+               .rglob("*.py") if (names := _imports_outside(p) - sys.stdlib_module_names)}
+    assert not outside, f"the vocabulary imports outside the standard library: {outside}"
 
 
 def test_no_import_circle_between_files() -> None:

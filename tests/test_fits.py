@@ -216,7 +216,7 @@ def test_approach2_too_few_good_budgets_names_the_flagged_ones():
 def test_a_stratified_bootstrap_keeps_every_budget_and_its_size() -> None:
     """--bootstrap-by budget: each column draws from its own budget, so every resample has
     each budget with as many points; the same seed draws the same resamples."""
-    from analysis.fits.bootstrap import resample_indices
+    from analysis.numerics.bootstrap import resample_indices
 
     budget = np.array([1e10, 1e10, 1e10, 3e10, 3e10, np.nan, 1e11, 1e11])
     idx = resample_indices(len(budget), 500, 7, strata=budget)

@@ -1,4 +1,4 @@
-"""The batched L-BFGS (analysis.fits.batched) and Approach 3's batched bootstrap refit: the
+"""The batched L-BFGS (analysis.numerics.batched) and Approach 3's batched bootstrap refit: the
 same optima as SciPy's L-BFGS-B one problem at a time, resample by resample (issue 21)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from scipy.optimize import minimize, rosen, rosen_der
 
 from analysis.fits import approach3 as a3
-from analysis.fits.batched import minimize_batch
-from analysis.fits.bootstrap import resample_indices, run_bootstrap
+from analysis.numerics.batched import minimize_batch
+from analysis.numerics.bootstrap import resample_indices, run_bootstrap
 from analysis.runs.load import load_csv
 from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
 
@@ -155,7 +155,7 @@ def test_batched_least_squares_reaches_scipys_minima_with_weights():
     counts as weights end where SciPy's least_squares ends on the repeated points."""
     from scipy.optimize import least_squares
 
-    from analysis.fits.batched import least_squares_batch
+    from analysis.numerics.batched import least_squares_batch
 
     rng = np.random.default_rng(4)
     t = np.linspace(0.0, 4.0, 9)

@@ -8,7 +8,6 @@ import pytest
 
 from analysis.errors import FitError
 from analysis.fits.approach1 import bootstrap_approach1, fit_approach1
-from analysis.fits.bootstrap import resample_indices, run_bootstrap
 from analysis.fits.envelope import DEFAULT_GRID_POINTS, build_curves, envelope
 from analysis.fits.kaplan import (
     _Refit,
@@ -20,6 +19,7 @@ from analysis.fits.kaplan import (
     refit_joint_batch,
 )
 from analysis.fits.powerlaw import fit_inverse_power_law, fit_power_law
+from analysis.numerics.bootstrap import resample_indices, run_bootstrap
 from analysis.runs.synthetic import ChinchillaLaw, KaplanLaw, kaplan_grid, training_curves
 
 KAPLAN = KaplanLaw()  # alpha_N 0.076, alpha_D 0.095, N_c 8.8e13, D_c 5.4e13

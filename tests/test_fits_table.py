@@ -12,8 +12,8 @@ import pytest
 from analysis import fit as fit_command
 from analysis.analyze import analyze
 from analysis.fits import table
-from analysis.fits.bootstrap import run_bootstrap
 from analysis.fits.spec import FitInput, FitSpec, estimate
+from analysis.numerics.bootstrap import run_bootstrap
 from analysis.reporting.document import to_markdown
 from analysis.reporting.sections import ReportInput, build
 from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs

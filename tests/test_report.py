@@ -108,7 +108,7 @@ def sweep_report(store, tmp_path_factory) -> Path:
         mp.setattr(samples, "sample_command", _fake_sampler)
         # The ledger is synthetic (no run_id is planned by a sweep file): keep every run.
         # restrict_to_plan itself is tested in tests/test_sweep_options.py.
-        mp.setattr("analysis.runs.planned.restrict_to_sweep_file", lambda runs, _file: runs)
+        mp.setattr("pipeline.planned_view.sweep_file_manifest", lambda *_a: None)
         lines: list[str] = []
         mp.setattr(report, "print", lambda *a, **k: lines.append(" ".join(map(str, a))),
                    raising=False)
@@ -356,9 +356,9 @@ def test_sample_command_is_an_argument_list():
 def test_the_corpus_a_sweep_file_names_is_the_one_its_runs_record(tmp_path):
     """The report passes the sweep file's corpus to pipeline.sample, which reads it only if
     it equals the recorded one: same spelling as a sweep records (absolute)."""
-    from analysis.runs.planned import sweep_corpus
     from pipeline.config import load_sweep
     from pipeline.grid import data_spec_for
+    from pipeline.planned_view import sweep_file_corpus as sweep_corpus
 
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "a.txt").write_text("hello " * 100)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -37,6 +38,40 @@ def _sweep(tmp_path: Path, sweep: Path, *extra: str, **kw) -> subprocess.Complet
                           text=True, timeout=300, **kw)
 
 
+# `python -m pipeline.sweep ARGS`, counting how often the driver parses the sweep file's YAML
+# and expands its plan (the counts, as JSON, go to the file given as the first argument).
+_COUNTED = r"""
+import atexit, json, runpy, sys
+import pipeline.config.yaml_reader, pipeline.grid
+counts, out = {"parse": 0, "expand": 0}, sys.argv.pop(1)
+
+def count(module, name, key):
+    original = getattr(module, name)
+    def counted(*args, **kwargs):
+        counts[key] += 1
+        return original(*args, **kwargs)
+    for m in [m for n, m in sys.modules.items() if n.split(".")[0] == "pipeline"]:
+        if getattr(m, name, None) is original:  # the modules that imported it by name
+            setattr(m, name, counted)
+
+count(pipeline.config.yaml_reader, "_read_yaml", "parse")
+count(pipeline.grid, "expand", "expand")
+atexit.register(lambda: open(out, "w").write(json.dumps(counts)))
+runpy.run_module("pipeline.sweep", run_name="__main__", alter_sys=True)
+"""
+
+
+def _plan_of(tmp_path: Path, name: str):
+    """The plan manifest on the sweep's parent run (pipeline.vocab.manifest), checked."""
+    from pipeline.vocab.manifest import manifest_from_dict
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(name)
+    (parent,) = client.search_runs([exp.experiment_id], f"tags.{keys.TAG_KIND} = 'sweep'")
+    path = client.download_artifacts(parent.info.run_id, keys.PLAN_ARTIFACT, str(tmp_path))
+    return manifest_from_dict(json.loads(Path(path).read_text()), path)
+
+
 def _trials(tmp_path: Path, name: str) -> list:
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     exp = client.get_experiment_by_name(name)
@@ -48,25 +83,48 @@ def _trials(tmp_path: Path, name: str) -> list:
 @pytest.fixture(scope="module")
 def tiny_done(
     tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, subprocess.CompletedProcess]:
+) -> tuple[Path, subprocess.CompletedProcess, dict]:
     """tiny.yaml swept once, from an empty folder: the folder (read, never written: tests copy
-    its ledger) and the invocation. Its 4 finished runs are the main runs of the held-out test
-    too (the same run ids)."""
+    its ledger), the invocation, and what it left: how often it parsed the file and expanded
+    the plan, and the plan manifest on its parent run, read at once (a test that sweeps a copy
+    of the ledger writes its own plan on the same parent run: the artifacts' path is in the
+    database). Its 4 finished runs are the main runs of the held-out test too (same run ids)."""
     folder = tmp_path_factory.mktemp("tiny")
     sweep = folder / "tiny.yaml"
     shutil.copy(TINY, sweep)
-    first = _sweep(folder, sweep)
+    counts = tmp_path_factory.mktemp("counts") / "counts.json"
+    cmd = [sys.executable, "-c", _COUNTED, str(counts), str(sweep), "--cpus", "2"]
+    first = subprocess.run(cmd, cwd=folder, env=_env(folder), capture_output=True, text=True,
+                           timeout=300)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    return folder, first
+    return folder, first, {"counts": json.loads(counts.read_text()),
+                           "plan": _plan_of(folder, "tiny")}
 
 
 def test_sweep_runs_everything_then_reruns_nothing(
-    tiny_done: tuple[Path, subprocess.CompletedProcess], tmp_path: Path
+    tiny_done: tuple[Path, subprocess.CompletedProcess, dict], tmp_path: Path
 ) -> None:
-    done, first = tiny_done
+    done, first, left = tiny_done
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     runs = _trials(done, "tiny")
     assert len(runs) == 4
+    # The file is parsed once and planned once, its report included (it reads the plan the
+    # sweep recorded); the plan it trained is on the parent run, in the file's FLOP
+    # convention, with the hash of the file's bytes.
+    assert left["counts"] == {"parse": 1, "expand": 1}
+    report = (done / "reports" / "tiny" / "report.md").read_text()
+    sha = hashlib.sha256(TINY.read_bytes()).hexdigest()
+    assert f"plan: sweep 'tiny', sweep file sha256 {sha}, 4 planned runs" in report
+    assert "C = exact" in report and "4 used, 0 excluded" in report
+    from pipeline.config import load_sweep
+
+    plan = left["plan"]
+    assert plan.sweep == "tiny" and plan.run_ids == {r.data.tags[keys.TAG_RUN_ID] for r in runs}
+    assert plan.flops_convention == load_sweep(TINY).flops_convention
+    assert plan.sweep_sha256 == hashlib.sha256(TINY.read_bytes()).hexdigest()
+    budgets = {r.data.tags[keys.TAG_RUN_ID]: float(r.data.tags[keys.TAG_BUDGET]) for r in runs}
+    assert {r.run_id: r.budget for r in plan.runs} == budgets
+    assert {(r.role, r.family) for r in plan.runs} == {(keys.ROLE_MAIN, "gpt")}
     client = MlflowClient(tracking_uri=f"sqlite:///{done / 'mlflow.db'}")
     for run in runs:
         assert run.info.status == "FINISHED"
@@ -440,7 +498,7 @@ def test_wsd_branch_runs_after_its_trunk_and_equals_training_alone(tmp_path: Pat
 
 
 def test_holdout_without_a_main_fit_is_reported_and_keeps_the_main_runs(
-    tiny_done: tuple[Path, subprocess.CompletedProcess], tmp_path: Path
+    tiny_done: tuple[Path, subprocess.CompletedProcess, dict], tmp_path: Path
 ) -> None:
     """Two main budgets cannot give Approach 2 (it needs 3 with interior minima): the driver
     says so, trains no held-out run, exits 1, and the main runs stay finished. The main runs
@@ -458,6 +516,10 @@ def test_holdout_without_a_main_fit_is_reported_and_keeps_the_main_runs(
     assert len(runs) == 4
     assert all(r.data.tags[keys.TAG_STATUS] == keys.STATUS_FINISHED for r in runs)
     assert all(r.data.tags[keys.TAG_ROLE] == keys.ROLE_MAIN for r in runs)
+    # The parent run's plan is this file's now (its hash), the main runs alone: none held out.
+    plan = _plan_of(tmp_path, "tiny")
+    assert plan.sweep_sha256 == hashlib.sha256(sweep.read_bytes()).hexdigest()
+    assert plan.run_ids == {r.data.tags[keys.TAG_RUN_ID] for r in runs} and not plan.holdout()
 
 
 def test_the_environment_given_to_a_local_ray_is_restored_after_it(monkeypatch) -> None:

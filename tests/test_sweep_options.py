@@ -205,9 +205,11 @@ def test_branch_state_at_the_wrong_step_is_an_error(tmp_path: Path, _cache: str)
 
 def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Synthetic main runs with N_opt = 0.1 * C^0.5: the held-out run lands next to it."""
+    """Synthetic main runs with N_opt = 0.1 * C^0.5: the sweep's fit predicts it and the
+    held-out run lands next to it."""
     from analysis.runs.table import runs_from_arrays
     from pipeline.holdout import holdout_plan
+    from pipeline.sweep import predicted_optimum
 
     rows = []
     for c in (1e10, 3e10, 1e11, 3e11):
@@ -230,10 +232,12 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
                replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
     cfg = load_sweep(_write(tmp_path, doc))
-    plan = holdout_plan(cfg, str(tmp_path / "sweep.yaml"), 256, "sqlite:///unused.db",
-                        expand(cfg, tmp_path, 256))
-    (spec,) = plan.specs
+    n_opt = predicted_optimum(cfg, str(tmp_path / "sweep.yaml"), "sqlite:///unused.db",
+                              expand(cfg, tmp_path, 256))
     predicted = 0.1 * math.sqrt(1e12)
+    assert n_opt.keys() == {1e12} and abs(n_opt[1e12] / predicted - 1) < 0.05
+    plan = holdout_plan(cfg, n_opt, str(tmp_path / "sweep.yaml"), 256)
+    (spec,) = plan.specs
     # The rung is the ladder's nearest to the predicted 1e5 parameters.
     assert spec.role == keys.ROLE_HOLDOUT and spec.budget == 1e12
     assert abs(math.log(flops.params_total(spec.model) / predicted)) < math.log(1.6)
@@ -244,7 +248,8 @@ def test_holdout_planning_reads_the_plan_it_ran_not_the_file_edited_meanwhile(
     """The driver passes the plan it ran: a file edited (even into an invalid one) while the
     main runs trained changes nothing; a ledger without those runs is a clear error."""
     from analysis.runs.table import runs_from_arrays
-    from pipeline.holdout import HoldoutError, holdout_plan
+    from pipeline.holdout import HoldoutError
+    from pipeline.sweep import predicted_optimum
 
     class Loaded:
         runs = runs_from_arrays([1e3, 2e3], [1e6, 1e6], [2.0, 2.1], budget=[1e10, 1e10])
@@ -258,8 +263,25 @@ def test_holdout_planning_reads_the_plan_it_ran_not_the_file_edited_meanwhile(
     _write(tmp_path, doc)
     with pytest.raises(HoldoutError, match=r"cannot tell the main runs of .*sweep.yaml: "
                                            r".*none of its 2 runs is planned") as err:
-        holdout_plan(cfg, str(path), 256, "sqlite:///unused.db", plan)
+        predicted_optimum(cfg, str(path), "sqlite:///unused.db", plan)
     assert "bogus" not in str(err.value)
+
+
+def test_holdout_plan_is_planning_alone(tmp_path: Path) -> None:
+    """pipeline.holdout plans from the predicted optimum only (no ledger, no analysis); a
+    held-out budget without a usable N_opt is a HoldoutError, not a plan."""
+    from pipeline.holdout import HoldoutError, holdout_plan
+
+    doc = _iso(replicates=None)
+    path = _write(tmp_path, doc)
+    cfg = load_sweep(path)
+    (budget,) = cfg.isoflop.holdout.budgets
+    plan = holdout_plan(cfg, {budget: 1e4}, str(path), 256)
+    assert plan.specs and {s.role for s in plan.specs} == {keys.ROLE_HOLDOUT}
+    assert {s.budget for s in plan.specs} == {budget}
+    for bad in ({}, {budget: float("nan")}, {budget: 0.0}):
+        with pytest.raises(HoldoutError, match="no predicted optimum to train at"):
+            holdout_plan(cfg, bad, str(path), 256)
 
 
 # --- recipe variants (an ablation) -----------------------------------------------------------
@@ -319,9 +341,14 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
     """After an edit of the sweep file, the ledger's runs of the old recipe are not fitted,
     and a held-out run is kept only if the file's held-out section would plan it now."""
     from analysis.errors import DataError
-    from analysis.runs.planned import held_out_cells, restrict_to_plan, restrict_to_sweep_file
+    from analysis.runs.planned import held_out_cells, restrict_to_manifest, restrict_to_plan
     from analysis.runs.table import runs_from_arrays
     from pipeline.grid import planned_run_ids
+    from pipeline.planned_view import sweep_file_manifest
+
+    def restrict_to_sweep_file(table, path):  # what --sweep-file does (analysis.cli.file_plan)
+        manifest = sweep_file_manifest(path, held_out_cells(table), "0" * 64)
+        return restrict_to_manifest(table, manifest, path)
 
     doc = _iso(replicates=None)
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
@@ -343,6 +370,8 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
         extra={"role": [s.role for s in specs]})
     kept = restrict_to_sweep_file(table, path)
     assert list(kept.frame["run_id"]) == [s.run_id for s in new + new_held]
+    assert [(r.run_id, r.role, r.budget) for r in kept.plan.runs] == [
+        (s.run_id, s.role, s.budget) for s in new + new_held]
     # The driver passes the plan it ran instead of re-reading the file: the same ids.
     ids = planned_run_ids(cfg, held_out_cells(table), path, 256, plan=expand(cfg, path, 256))
     assert ids == {s.run_id for s in new + new_held}

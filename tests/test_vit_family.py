@@ -331,10 +331,10 @@ def test_predict_names_a_runnable_vit_run_and_centres_the_next_sweep(tmp_path: P
     """analysis.predict on vit runs: the nearest shape keeps the runs' image geometry and
     corpus, counts D in images (C / (6 N S)) and allows the repetition it needs; --write
     centres the next sweep's sizes on the predicted N (an image is S tokens)."""
-    from analysis.next_sweep import next_sweep_text
     from analysis.runs.shapes import nearest_shape
     from analysis.runs.table import runs_from_arrays
     from pipeline.grid import expand, vocab_size_for
+    from pipeline.next_sweep import next_sweep_text
 
     extra = {"family": ["vit"] * 3, "vocab_size": [10] * 3, "seq_len": [1] * 3,
              "d_model": [32] * 3, "n_heads": [4] * 3, "image_size": [8] * 3,

@@ -26,13 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.checks.verdict import MAX_FAILED_FRACTION
-from analysis.fits.bootstrap import LEVEL, Bootstrap, Interval
 from analysis.fits.results import Estimate, Skipped
+from analysis.fits.table import compared
+from analysis.numerics.bootstrap import LEVEL, Bootstrap, Interval
 
-PAIRS = ("1", "2", "3", "interaction", "kaplan_joint", "quadratic")
-"""Chinchilla's approaches, the laws with an interaction and the model-free check, compared
-pairwise on a. Every one reads a off the same C (the sweep's budgets, analysis.fits.optimum)
-and bootstraps the same draws of runs, so their paired differences are defined."""
+# Which approaches are compared pairwise on a: the entries of the table of fits with
+# ``FitSpec.agreement`` (analysis.fits.table.compared, in table order): Chinchilla's
+# approaches, the laws with an interaction and the model-free check. Every one reads a off the
+# same C (the sweep's budgets, analysis.fits.optimum) and bootstraps the same draws of runs, so
+# their paired differences are defined.
 
 
 @dataclass(frozen=True)
@@ -112,14 +114,16 @@ def paired_difference(first: Bootstrap, second: Bootstrap, name: str,
 
 def compare_approaches(estimates: Mapping[str, Estimate | Skipped],
                        quantity: str = "a") -> tuple[Agreement, ...] | Skipped:
-    """Every pair of bootstrapped approaches among ``PAIRS``, compared on ``quantity``."""
+    """Every pair of bootstrapped approaches among those compared (``FitSpec.agreement``),
+    compared on ``quantity``."""
+    pairs = compared()
     usable = {name: est for name, est in estimates.items()
-              if name in PAIRS and isinstance(est, Estimate) and est.bootstrap is not None
+              if name in pairs and isinstance(est, Estimate) and est.bootstrap is not None
               and quantity in est.bootstrap.samples}
     if len(usable) < 2:
         return Skipped(f"fewer than two approaches have a bootstrap of {quantity}")
     rows = []
-    for one, two in itertools.combinations([p for p in PAIRS if p in usable], 2):
+    for one, two in itertools.combinations([p for p in pairs if p in usable], 2):
         first, second = usable[one], usable[two]
         try:
             diff_ci, n_paired = paired_difference(first.bootstrap, second.bootstrap, quantity)

@@ -37,11 +37,11 @@ import numpy as np
 from analysis.errors import AnalysisError, DataError, FitError
 from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
 from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
-from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.powerlaw import PowerLaw, fit_power_law
 from analysis.fits.results import Estimate, Skipped
+from analysis.numerics.bootstrap import Bootstrap
+from analysis.numerics.threads import single_threaded_blas
 from analysis.runs.table import RunsTable
-from analysis.threads import single_threaded_blas
 
 GRID: tuple[tuple[str, str], ...] = (("total", "6nd"), ("total", "exact"),
                                      ("non_embedding", "6nd"), ("non_embedding", "exact"))
@@ -242,7 +242,7 @@ def refit_conventions(runs: RunsTable, wanted: Iterable[str], bootstrap: int, se
     ``analysis.analyze``'s last step, and the report's, which runs it in a worker beside its
     figures. ``runs``: the fitted points (``Analysis.fitted_runs``). Here, not in
     analysis.analyze, so that a worker that runs it imports the fits and no more: the pool's
-    fork server preloads this module (analysis.fits.bootstrap.POOL_PRELOAD)."""
+    fork server preloads this module (analysis.numerics.workers.POOL_PRELOAD)."""
     approaches = set(wanted) & {"2", "3"}
     if not approaches:
         return Skipped("not requested")
@@ -253,6 +253,6 @@ def refit_conventions(runs: RunsTable, wanted: Iterable[str], bootstrap: int, se
 
 def timed_refit_conventions(*args: object) -> tuple[ConventionTable | Skipped, float]:
     """refit_conventions(*args) and its wall time in seconds (analyze's progress line; the
-    report runs it in a worker: analysis.fits.bootstrap.in_worker)."""
+    report runs it in a worker: analysis.numerics.workers.in_worker)."""
     t0 = time.monotonic()
     return refit_conventions(*args), time.monotonic() - t0  # type: ignore[arg-type]

@@ -32,10 +32,10 @@ from analysis.checks.noise import collapse_replicates
 from analysis.errors import FitError
 from analysis.fits.approach2 import Approach2Fit
 from analysis.fits.approach3 import Approach3Fit
-from analysis.fits.bootstrap import LEVEL, Interval
 from analysis.fits.optimum import line_costs
 from analysis.fits.powerlaw import fit_power_law
 from analysis.fits.results import Estimate, Skipped
+from analysis.numerics.bootstrap import LEVEL, Interval
 from analysis.runs.table import RunsTable
 
 TARGET = 0.02

@@ -53,8 +53,8 @@ from scipy.sparse.linalg import spsolve
 from scipy.stats import chi2
 from scipy.stats import f as f_dist
 
-from analysis.fits.bootstrap import LEVEL, Interval
 from analysis.fits.results import Skipped
+from analysis.numerics.bootstrap import LEVEL, Interval
 from analysis.runs.table import RunsTable
 
 CELL_COLUMNS = ("family", "n_layer", "d_model", "N", "D", "lr", "schedule", "budget")

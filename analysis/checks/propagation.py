@@ -1,6 +1,6 @@
 """How far the run-to-run noise alone moves Approach 2: refits on simulated re-runs.
 
-The bootstrap over runs (``analysis.fits.bootstrap``) asks "what if we had trained other cells":
+The bootstrap over runs (``analysis.numerics.bootstrap``) asks "what if we had trained other cells":
 with 7 sizes per IsoFLOP profile on a coarse ladder, dropping or doubling a size moves a
 parabola's vertex a lot, so that interval mixes the noise with the grid design. This module
 asks the narrower question the seed replicates can answer: "what if every run were trained
@@ -19,7 +19,7 @@ import numpy as np
 from analysis.checks.residuals import n_seeds
 from analysis.errors import FitError
 from analysis.fits.approach2 import fit_approach2
-from analysis.fits.bootstrap import Bootstrap
+from analysis.numerics.bootstrap import Bootstrap
 from analysis.runs.table import RunsTable
 
 MAX_FAILURES_KEPT = 5

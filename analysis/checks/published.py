@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from analysis.fits.bootstrap import Interval
+from analysis.numerics.bootstrap import Interval
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Which law describes the runs, and the one allocation a researcher can act on (issue 16).
 
 Every law with a loss model (Approach 3's additive law, the interaction law, Kaplan's joint
-law on the sweep's N, and the model-free quadratic surface) is judged the same way:
+law on the sweep's N, and the model-free quadratic surface: the entries of the table of fits
+with ``FitSpec.judged``, in table order) is judged the same way:
 
 * **residual / noise**: its residual RMS on the fitted points over what the measured seed noise
   alone would leave (analysis.checks.residuals, σ from analysis.checks.noise). A law that misses
@@ -17,7 +18,8 @@ may a report call its exponent "consistent with Chinchilla/Kaplan": an interval 
 Nor may an interval be compared that most bootstrap resamples could not contribute to, or that
 excludes its own estimate (``interval_problem``), whatever the approach.
 
-The headline (``HEADLINE_RULE``): among the parametric laws (``PARAMETRIC``; the quadratic is a
+The headline (``headline_rule``): among the parametric laws (``FitSpec.headline_candidate``,
+analysis.fits.table.headline_candidates; the quadratic is a
 check that must not be extrapolated, so it never headlines) that describe the runs, the one
 with the lowest residual/noise ratio; if none does, the lowest ratio, labelled as not
 describing the runs. Without a noise estimate no law can be said to describe the runs and the
@@ -26,14 +28,15 @@ lowest residual RMS is headlined, labelled so.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from analysis.checks.noise import collapse_replicates
 from analysis.checks.residuals import law_residuals
 from analysis.fits.results import Estimate, Skipped
+from analysis.fits.table import FITS, headline_candidates, judged
 from analysis.runs.table import RunsTable
 from analysis.text import fmt, fmt_interval
 
@@ -44,19 +47,35 @@ HOLDOUT_TARGET = 0.01
 MAX_FAILED_FRACTION = 0.5
 """Largest share of failed bootstrap resamples with which an interval may still be compared
 with a documented value (``interval_problem``)."""
-LAWS: Mapping[str, tuple[str, int]] = {
-    "3": ("Approach 3 (additive E + A/N^α + B/D^β)", 5),
-    "interaction": ("interaction law E + (A/N^α + B/D^β)^γ", 6),
-    "kaplan_joint": ("Kaplan joint law [(N_c/N)^(α_N/α_D) + D_c/D]^α_D", 4),
-    "quadratic": ("model-free quadratic surface in (ln N, ln D)", 6),
-}
-"""The judged laws: name -> (words, parameters)."""
-PARAMETRIC = ("3", "interaction", "kaplan_joint")
-HEADLINE_RULE = (
-    f"among the parametric laws ({', '.join(PARAMETRIC)}) that describe the runs "
-    f"(residual/noise ≤ {NOISE_RATIO_LIMIT} and every held-out run within "
-    f"{HOLDOUT_TARGET:.0%}), the lowest residual/noise ratio; if none does, the lowest ratio, "
-    "labelled as not describing the runs")
+
+
+class _JudgedLaws(Mapping[str, tuple[str, int]]):
+    """The judged entries of the table of fits, read off it when asked (so an entry registered
+    at run time is judged too)."""
+
+    def __getitem__(self, name: str) -> tuple[str, int]:
+        spec = FITS.get(name)
+        if spec is None or not spec.judged:
+            raise KeyError(name)
+        return spec.words, spec.n_params
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(judged())
+
+    def __len__(self) -> int:
+        return len(judged())
+
+
+LAWS: Mapping[str, tuple[str, int]] = _JudgedLaws()
+"""The judged laws: name -> (words, parameters), in table order (``FitSpec.judged``)."""
+
+
+def headline_rule() -> str:
+    """The headline rule in words, naming the current headline candidates."""
+    return (f"among the parametric laws ({', '.join(headline_candidates())}) that describe "
+            f"the runs (residual/noise ≤ {NOISE_RATIO_LIMIT} and every held-out run within "
+            f"{HOLDOUT_TARGET:.0%}), the lowest residual/noise ratio; if none does, the lowest "
+            "ratio, labelled as not describing the runs")
 
 
 def interval_problem(est: Estimate, name: str) -> str | None:
@@ -133,12 +152,12 @@ class LawVerdict:
 
 @dataclass(frozen=True)
 class Verdict:
-    """Every judged law and the headline chosen by ``HEADLINE_RULE``."""
+    """Every judged law and the headline chosen by ``headline_rule``."""
 
     laws: tuple[LawVerdict, ...]
     headline: str | None
     """The headline law's approach name (None: no parametric law was fitted)."""
-    rule: str = HEADLINE_RULE
+    rule: str = field(default_factory=headline_rule)
 
     def law(self, approach: str) -> LawVerdict | None:
         return next((v for v in self.laws if v.approach == approach), None)
@@ -161,11 +180,12 @@ def _holdout_error(holdout: RunsTable | None,
 
 
 def choose_headline(laws: tuple[LawVerdict, ...]) -> str | None:
-    """``HEADLINE_RULE`` applied (ties: the order of ``PARAMETRIC``)."""
-    candidates = [v for v in laws if v.approach in PARAMETRIC]
+    """``headline_rule`` applied (ties: table order of the headline candidates)."""
+    parametric = headline_candidates()
+    candidates = [v for v in laws if v.approach in parametric]
     if not candidates:
         return None
-    order = {name: i for i, name in enumerate(PARAMETRIC)}
+    order = {name: i for i, name in enumerate(parametric)}
     if all(v.ratio is None for v in candidates):
         return min(candidates, key=lambda v: (v.rms, order[v.approach])).approach
     rated = [v for v in candidates if v.ratio is not None]

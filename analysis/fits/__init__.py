@@ -1,1 +1,1 @@
-"""The fits: Kaplan, Chinchilla Approaches 1-3, power laws, envelopes, bootstrap, the table of fits."""
+"""The fits: Kaplan, Chinchilla Approaches 1-3, power laws, envelopes, the table of fits."""

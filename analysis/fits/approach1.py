@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.envelope import DEFAULT_GRID_POINTS, Curve, Envelope, envelope, interior_points
 from analysis.fits.powerlaw import PowerLaw, PowerLawAllocation, fit_power_law
+from analysis.numerics.bootstrap import Bootstrap, run_bootstrap
 
 WHAT = "Approach 1 (envelope of training curves)"
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.errors import FitError
-from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.powerlaw import PowerLaw, PowerLawAllocation, as_positive, fit_power_law
+from analysis.numerics.bootstrap import Bootstrap, run_bootstrap
 
 WHAT = "Approach 2 (IsoFLOP parabolas)"
 MIN_SIZES = 3

@@ -42,11 +42,11 @@ import numpy as np
 from scipy.optimize import minimize
 
 from analysis.errors import FitError
-from analysis.fits.batched import columns, minimize_batch, resample_counts
-from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.optimum import IsoFlopLines, optimal_allocation
 from analysis.fits.powerlaw import as_positive, require_points, require_varying
-from analysis.threads import single_threaded_blas
+from analysis.numerics.batched import columns, minimize_batch, resample_counts
+from analysis.numerics.bootstrap import Bootstrap, run_bootstrap
+from analysis.numerics.threads import single_threaded_blas
 
 HUBER_DELTA = 1e-3
 LBFGS_OPTIONS = {"ftol": 1e-15, "gtol": 1e-10, "maxiter": 15000}
@@ -330,7 +330,7 @@ def weighted_objective(thetas: np.ndarray, weights: np.ndarray, ln_n: np.ndarray
                        delta: float = HUBER_DELTA) -> tuple[np.ndarray, np.ndarray]:
     """huber_objective for k problems at once, one per column: θ (5, k), each point i of
     problem j counted weights[i, j] times (a bootstrap resample as counts, (m, k)): f (k,)
-    and its gradient (5, k). Points run down the rows (analysis.fits.batched)."""
+    and its gradient (5, k). Points run down the rows (analysis.numerics.batched)."""
     a, b, e, alpha, beta = thetas
     ln_n, ln_d = ln_n[:, None], ln_d[:, None]
     u1 = a - alpha * ln_n
@@ -351,7 +351,7 @@ def weighted_objective(thetas: np.ndarray, weights: np.ndarray, ln_n: np.ndarray
 def refit_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, starts: np.ndarray,
                 indices: np.ndarray, delta: float = HUBER_DELTA) -> list[Approach3Fit | str]:
     """fit_approach3(n[idx], d[idx], loss[idx], keep=0, warm_starts=starts) for every row idx
-    of ``indices`` at once (analysis.fits.batched): each resample is the full data weighted by
+    of ``indices`` at once (analysis.numerics.batched): each resample is the full data weighted by
     how often it drew each point, from every start; a resample's fit or its FitError message.
 
     The same law, objective, starts and stopping rules as the one-at-a-time refit, so each

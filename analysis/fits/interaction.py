@@ -39,11 +39,11 @@ from analysis.fits.approach3 import (
     StartGrid,
     prepare,
 )
-from analysis.fits.batched import columns, minimize_batch, resample_counts
 from analysis.fits.laws import Law, run_law
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
-from analysis.threads import single_threaded_blas
+from analysis.numerics.batched import columns, minimize_batch, resample_counts
+from analysis.numerics.threads import single_threaded_blas
 
 WHAT = "Interaction law (L = E + (A/N^alpha + B/D^beta)^gamma)"
 GAMMA_STARTS = (0.5, 1.0, 2.0)
@@ -112,8 +112,8 @@ def weighted_objective(thetas: np.ndarray, weights: np.ndarray, ln_n: np.ndarray
                        delta: float = HUBER_DELTA) -> tuple[np.ndarray, np.ndarray]:
     """huber_objective for k problems at once, one per column: θ (6, k), point i of problem j
     counted weights[i, j] times (a bootstrap resample as counts, (m, k)): f (k,) and its
-    gradient (6, k). Points run down the rows, problems along them (analysis.fits.batched).
-    γ's bounds are the solver's (analysis.fits.batched, ``lower``/``upper``)."""
+    gradient (6, k). Points run down the rows, problems along them (analysis.numerics.batched).
+    γ's bounds are the solver's (analysis.numerics.batched, ``lower``/``upper``)."""
     a, b, e, alpha, beta, gamma = thetas
     ln_n, ln_d = ln_n[:, None], ln_d[:, None]
     s, w1 = lse(a - alpha * ln_n, b - beta * ln_d)
@@ -229,7 +229,7 @@ def refit_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, start: Interacti
     starts and the RESAMPLE_STARTS grid starts best on the resample (the grid's per-point
     Huber terms are computed once; a resample's objective at every start is then one matrix
     product with its counts). Every (resample, start) runs at once in the batched L-BFGS
-    (analysis.fits.batched, γ bounded) for up to BATCH_MAX_ITER iterations; the best end point
+    (analysis.numerics.batched, γ bounded) for up to BATCH_MAX_ITER iterations; the best end point
     of each resample is then finished by SciPy's L-BFGS-B on the resample's own points (a few
     iterations: the same stopping rules and bounds as the reference, and its result).
     Not the same algorithm as the reference's, so not always the same minimum of this

@@ -29,8 +29,6 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from analysis.errors import FitError
-from analysis.fits.batched import least_squares_batch, resample_counts
-from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.envelope import DEFAULT_GRID_POINTS, Curve, envelope, interior_points
 from analysis.fits.powerlaw import (
     InversePowerLaw,
@@ -41,7 +39,9 @@ from analysis.fits.powerlaw import (
     require_points,
     require_varying,
 )
-from analysis.threads import single_threaded_blas
+from analysis.numerics.batched import least_squares_batch, resample_counts
+from analysis.numerics.bootstrap import Bootstrap, run_bootstrap
+from analysis.numerics.threads import single_threaded_blas
 
 WHAT_JOINT = "Kaplan joint L(N, D)"
 JOINT_LOWER = (1e-4, 1e-4, -np.inf, -np.inf)
@@ -155,7 +155,7 @@ def refit_joint_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, start: Kap
     ``indices`` at once: each resample's fit or its FitError message, in order.
 
     Each resample is the full data weighted by how often it drew each point; all of them
-    take Levenberg-Marquardt steps together (analysis.fits.batched.least_squares_batch) from
+    take Levenberg-Marquardt steps together (analysis.numerics.batched.least_squares_batch) from
     the full-data optimum, with the tolerances of the one-at-a-time reference (SciPy
     least_squares' defaults). The same least-squares problem, start and bounds, so the same
     minimum where the resample identifies the law: tests/test_fits_kaplan.py compares them

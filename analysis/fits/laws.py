@@ -19,10 +19,10 @@ from typing import Protocol
 import numpy as np
 
 from analysis.errors import FitError
-from analysis.fits.bootstrap import Bootstrap, run_bootstrap
 from analysis.fits.optimum import Allocation, IsoFlopLines, lines_from_runs, optimal_allocation
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput, estimate
+from analysis.numerics.bootstrap import Bootstrap, run_bootstrap
 
 
 class Law(Protocol):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from analysis.fits.bootstrap import Bootstrap, Interval
+from analysis.numerics.bootstrap import Bootstrap, Interval
 
 FitT = TypeVar("FitT")
 

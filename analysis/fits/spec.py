@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import FitError
-from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.results import Estimate, Skipped
+from analysis.numerics.bootstrap import Bootstrap
 from analysis.runs.table import RunsTable
 
 FitT = TypeVar("FitT")
@@ -35,7 +35,7 @@ class FitInput:
     seed: int
     n_jobs: int = 1
     strata: np.ndarray | None = None
-    """The budget of every run, to resample within budgets (analysis.fits.bootstrap.BY
+    """The budget of every run, to resample within budgets (analysis.numerics.bootstrap.BY
     "budget"); None: resample all runs together."""
 
     def columns(self, *names: str) -> tuple[np.ndarray, ...]:
@@ -57,6 +57,42 @@ class FitSpec:
     own_report_sections: bool = False
     """True: analysis.reporting.sections has sections (and figures) of its own for it; False:
     the report shows it in the generic "Other fits" section (estimates and intervals)."""
+
+    # Its roles: which lists of the analysis it is on. Each consumer reads its list off the
+    # table, in table order (``analysis.fits.table``: ``judged``, ``headline_candidates``,
+    # ``allocations``, ``compared``, ``predictable``), so a law declares them here and nowhere
+    # else (docs/analysis.md, "Adding a fit").
+    words: str = ""
+    """How the verdict and the residual checks name the law (judged laws)."""
+    n_params: int = 0
+    """Its free parameters: the residual check's degrees of freedom (judged laws)."""
+    judged: bool = False
+    """A loss law L(N, D) (``fit.loss(N, D)``) that analysis.checks.verdict judges: residuals
+    against the noise and the held-out error. Needs ``words`` and ``n_params``."""
+    headline_candidate: bool = False
+    """A parametric judged law that may be the headline (analysis.checks.verdict); the
+    model-free quadratic is judged but never headlined."""
+    allocation: bool = False
+    """Its point statistics are a compute-optimal allocation (a, b, tokens_per_param at the
+    reference C, from the sweep's budgets): the report's table of allocations."""
+    agreement: bool = False
+    """Compared pairwise on a with the other such approaches (analysis.checks.agreement): it
+    bootstraps the same draws of runs. Needs ``allocation``."""
+    extrapolates: bool = True
+    """With ``allocation``: the allocation may be carried to another budget, so `python -m
+    analysis.predict --approach` offers it (False: a local check, never extrapolated)."""
+
+    def __post_init__(self) -> None:
+        problems = [why for bad, why in (
+            (self.judged and not (self.words and self.n_params > 0),
+             "a judged law needs its words and n_params"),
+            (self.headline_candidate and not self.judged,
+             "a headline candidate must be judged"),
+            (self.agreement and not self.allocation,
+             "only an allocation can be compared on a"),
+        ) if bad]
+        if problems:
+            raise ValueError(f"fit {self.name!r}: " + "; ".join(problems))
 
 
 def estimate(fit_fn: Callable[[], FitT], stats_fn: Callable[[FitT], Mapping[str, float]],

@@ -3,11 +3,16 @@
 ``FITS`` maps an approach name ("kaplan", "1", "2", "3", and the laws with an N x D interaction
 "interaction" and "kaplan_joint" and the model-free check "quadratic") to a ``FitSpec``: its title, how to
 fit, bootstrap and summarise it on a sweep (``run``), which fields beyond its point statistics
-go into fit.json (``json_fields``), and whether the report has sections of its own for it.
+go into fit.json (``json_fields``, one function per entry), whether the report has sections of
+its own for it, and its roles (``FitSpec.judged``, ``headline_candidate``, ``allocation``,
+``agreement``, ``extrapolates``, with the verdict's ``words`` and ``n_params``).
 ``analysis.analyze`` fits every entry, ``analysis.schema`` writes each as
 ``approaches.<name>``, the console (``analysis.render``) prints a table for each, the report
 lists each one without sections of its own, and the ``--approach`` choices of
-`python -m analysis.fit` and `python -m analysis.predict` are its names.
+`python -m analysis.fit` are its names. The lists of a role are read off the table when asked,
+in table order: ``judged`` (the laws analysis.checks.verdict judges), ``headline_candidates``,
+``allocations`` (the report's table of allocations), ``compared`` (the pairs of
+analysis.checks.agreement) and ``predictable`` (`python -m analysis.predict --approach`).
 
 A new approach is one module in ``analysis/fits/`` (its fit, returning a frozen dataclass
 with ``statistics``, and its ``run``, using ``analysis.fits.spec``) plus one
@@ -26,11 +31,12 @@ from analysis.errors import FitError
 from analysis.fits.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
 from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
 from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
-from analysis.fits.bootstrap import Bootstrap
 from analysis.fits.envelope import build_curves
+from analysis.fits.interaction import N_PARAMS as INTERACTION_PARAMS
 from analysis.fits.interaction import InteractionLaw, run_interaction
 from analysis.fits.kaplan import (
     KaplanFit,
+    KaplanJoint,
     bootstrap_kaplan,
     fit_joint_law,
     fit_kaplan,
@@ -38,11 +44,14 @@ from analysis.fits.kaplan import (
 )
 from analysis.fits.laws import LawFit, run_law
 from analysis.fits.optimum import lines_from_runs
+from analysis.fits.quadratic import N_PARAMS as QUADRATIC_PARAMS
 from analysis.fits.quadratic import QuadraticSurface, run_quadratic
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput, FitSpec, estimate
+from analysis.numerics.bootstrap import Bootstrap
 
-__all__ = ["FITS", "FitInput", "FitSpec", "estimate", "register"]
+__all__ = ["FITS", "FitInput", "FitSpec", "allocations", "compared", "estimate",
+           "headline_candidates", "judged", "predictable", "register"]
 FitT = TypeVar("FitT")
 
 
@@ -53,6 +62,36 @@ def register(spec: FitSpec) -> FitSpec:
     """Add (or replace) an entry; it runs after those already in the table."""
     FITS[spec.name] = spec
     return spec
+
+
+def _names(role: Callable[[FitSpec], bool]) -> tuple[str, ...]:
+    return tuple(name for name, spec in FITS.items() if role(spec))
+
+
+def judged() -> tuple[str, ...]:
+    """The laws the verdict judges (``FitSpec.judged``), in table order."""
+    return _names(lambda s: s.judged)
+
+
+def headline_candidates() -> tuple[str, ...]:
+    """The judged laws that may be the headline (``FitSpec.headline_candidate``)."""
+    return _names(lambda s: s.headline_candidate)
+
+
+def allocations() -> tuple[str, ...]:
+    """The approaches whose statistics are an allocation (``FitSpec.allocation``)."""
+    return _names(lambda s: s.allocation)
+
+
+def compared() -> tuple[str, ...]:
+    """The approaches compared pairwise on a (``FitSpec.agreement``)."""
+    return _names(lambda s: s.agreement)
+
+
+def predictable() -> tuple[str, ...]:
+    """The allocations that may be carried to another budget (``FitSpec.extrapolates``):
+    the ``--approach`` choices of `python -m analysis.predict`."""
+    return _names(lambda s: s.allocation and s.extrapolates)
 
 
 def _boot(inp: FitInput, fn: Callable[[FitT], Bootstrap]) -> Callable[[FitT], Bootstrap] | None:
@@ -129,14 +168,13 @@ def _run_approach3(inp: FitInput) -> Estimate | Skipped:
                                                  strata=inp.strata)))
 
 
-def _allocation_fields(fit: Approach1Fit | Approach2Fit) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "n_opt_coefficient": fit.n_law.coefficient, "d_opt_coefficient": fit.d_law.coefficient,
-        "n_points": fit.n_law.n_points,
-    }
-    if isinstance(fit, Approach2Fit):
-        out["budgets"] = [dict(m.__dict__) for m in fit.budgets]
-    return out
+def _approach1_fields(fit: Approach1Fit) -> dict[str, Any]:
+    return {"n_opt_coefficient": fit.n_law.coefficient,
+            "d_opt_coefficient": fit.d_law.coefficient, "n_points": fit.n_law.n_points}
+
+
+def _approach2_fields(fit: Approach2Fit) -> dict[str, Any]:
+    return {**_approach1_fields(fit), "budgets": [dict(m.__dict__) for m in fit.budgets]}
 
 
 def _approach3_fields(fit: Approach3Fit) -> dict[str, Any]:
@@ -145,15 +183,18 @@ def _approach3_fields(fit: Approach3Fit) -> dict[str, Any]:
             "huber_delta": fit.delta}
 
 
-# The built-in approaches; each has sections and figures of its own in the report.
+# The built-in approaches; each has sections and figures of its own in the report. Approaches
+# 1 to 3 give an allocation on the sweep's budgets, compared pairwise; 3 is a law, judged.
 register(FitSpec("kaplan", "Kaplan et al. 2020 laws", _run_kaplan, _kaplan_fields,
                  own_report_sections=True))
-register(FitSpec("1", "Chinchilla Approach 1 (envelope)", _run_approach1, _allocation_fields,
-                 own_report_sections=True))
+register(FitSpec("1", "Chinchilla Approach 1 (envelope)", _run_approach1, _approach1_fields,
+                 own_report_sections=True, allocation=True, agreement=True))
 register(FitSpec("2", "Chinchilla Approach 2 (IsoFLOP parabolas)", _run_approach2,
-                 _allocation_fields, own_report_sections=True))
+                 _approach2_fields, own_report_sections=True, allocation=True, agreement=True))
 register(FitSpec("3", "Chinchilla Approach 3 (L = E + A/N^α + B/D^β)", _run_approach3,
-                 _approach3_fields, own_report_sections=True))
+                 _approach3_fields, own_report_sections=True,
+                 words="Approach 3 (additive E + A/N^α + B/D^β)", n_params=5, judged=True,
+                 headline_candidate=True, allocation=True, agreement=True))
 
 
 # --------------------------------------------------------------------------- laws with an N x D
@@ -162,20 +203,31 @@ register(FitSpec("3", "Chinchilla Approach 3 (L = E + A/N^α + B/D^β)", _run_ap
 
 
 def _law_fields(fit: LawFit) -> dict[str, Any]:
-    alloc, law = fit.allocation, fit.law
-    out: dict[str, Any] = {
+    """What every law of analysis.fits.laws writes: its parameter count and its allocation."""
+    alloc = fit.allocation
+    return {
         "n_params": fit.n_params,
         "allocation": {"budgets": list(alloc.budgets), "n_opt": list(alloc.n_opt),
                        "d_opt": list(alloc.d_opt), "on_bound": list(alloc.on_bound),
                        "reference_on_bound": alloc.ref_on_bound},
     }
-    if isinstance(law, InteractionLaw):
-        out.update(objective=law.objective, converged=law.converged, n_points=law.n_points)
-    elif isinstance(law, QuadraticSurface):
-        out.update(coefficients=list(law.coef), rmse_log=law.rmse_log, n_points=law.n_points)
-    else:
-        out.update(n_points=law.n_points, rmse_log=law.rmse_log)
-    return out
+
+
+def _interaction_fields(fit: LawFit) -> dict[str, Any]:
+    law: InteractionLaw = fit.law
+    return {**_law_fields(fit), "objective": law.objective, "converged": law.converged,
+            "n_points": law.n_points}
+
+
+def _kaplan_joint_fields(fit: LawFit) -> dict[str, Any]:
+    law: KaplanJoint = fit.law
+    return {**_law_fields(fit), "n_points": law.n_points, "rmse_log": law.rmse_log}
+
+
+def _quadratic_fields(fit: LawFit) -> dict[str, Any]:
+    law: QuadraticSurface = fit.law
+    return {**_law_fields(fit), "coefficients": list(law.coef), "rmse_log": law.rmse_log,
+            "n_points": law.n_points}
 
 
 def _run_kaplan_joint(inp: FitInput) -> Estimate | Skipped:
@@ -183,10 +235,18 @@ def _run_kaplan_joint(inp: FitInput) -> Estimate | Skipped:
 
 
 # The report shows them in its section on the laws and the allocation (analysis.reporting.laws).
+# Each is judged; the quadratic, a check that must not be extrapolated, never headlines.
 register(FitSpec("interaction", "Interaction law (L = E + (A/N^α + B/D^β)^γ)", run_interaction,
-                 _law_fields, own_report_sections=True))
+                 _interaction_fields, own_report_sections=True,
+                 words="interaction law E + (A/N^α + B/D^β)^γ", n_params=INTERACTION_PARAMS,
+                 judged=True, headline_candidate=True, allocation=True, agreement=True))
 register(FitSpec("kaplan_joint", "Kaplan joint law on the sweep's N "
-                 "(L = [(N_c/N)^(α_N/α_D) + D_c/D]^α_D)", _run_kaplan_joint, _law_fields,
-                 own_report_sections=True))
+                 "(L = [(N_c/N)^(α_N/α_D) + D_c/D]^α_D)", _run_kaplan_joint,
+                 _kaplan_joint_fields, own_report_sections=True,
+                 words="Kaplan joint law [(N_c/N)^(α_N/α_D) + D_c/D]^α_D",
+                 n_params=KaplanJoint.n_params, judged=True, headline_candidate=True,
+                 allocation=True, agreement=True))
 register(FitSpec("quadratic", "Model-free check: quadratic surface of ln L in (ln N, ln D)",
-                 run_quadratic, _law_fields, own_report_sections=True))
+                 run_quadratic, _quadratic_fields, own_report_sections=True,
+                 words="model-free quadratic surface in (ln N, ln D)", n_params=QUADRATIC_PARAMS,
+                 judged=True, allocation=True, agreement=True, extrapolates=False))

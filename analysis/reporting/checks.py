@@ -11,8 +11,8 @@ from analysis.checks.conventions import ConventionTable
 from analysis.checks.heldout import FrontierLaw, HoldoutCheck
 from analysis.checks.noise import NoiseEstimate, NoiseGroup
 from analysis.checks.schedules import ScheduleComparison
-from analysis.fits.bootstrap import Bootstrap, Interval
 from analysis.fits.results import Estimate, Skipped
+from analysis.numerics.bootstrap import Bootstrap, Interval
 from analysis.reporting.document import Block, Heading, Paragraph, Table
 from analysis.text import fmt, fmt_interval
 

@@ -16,14 +16,12 @@ from analysis.checks.verdict import (
     Verdict,
     interval_problem,
 )
-from analysis.fits.bootstrap import Interval
 from analysis.fits.results import Estimate
-from analysis.fits.table import FITS
+from analysis.fits.table import FITS, allocations
+from analysis.numerics.bootstrap import Interval
 from analysis.reporting.document import Block, Heading, Paragraph, Table
 from analysis.reporting.figures import CHINCHILLA_A, KAPLAN_A
 from analysis.text import fmt, fmt_interval
-
-ALLOCATION_ORDER = ("1", "2", "3", "interaction", "kaplan_joint", "quadratic")
 
 
 def _pct(x: float | None) -> str:
@@ -117,7 +115,7 @@ def laws_section(result: Analysis) -> list[Block]:
                              "residual / noise", "held-out error", "describes the runs?",
                              ""), rows))
     rows = []
-    for name in ALLOCATION_ORDER:
+    for name in allocations():  # the entries with FitSpec.allocation, in table order
         est = result.fits.get(name)
         spec = FITS.get(name)
         if spec is None or est is None:

@@ -124,6 +124,19 @@ def data_lines(runs: RunsTable) -> list[str]:
     return lines
 
 
+def plan_lines(runs: RunsTable) -> list[str]:
+    """Which plan chose the runs (RunsTable.plan: the manifest the sweep recorded in its
+    ledger, or its --sweep-file's view), when they came with one."""
+    plan = runs.plan
+    if plan is None:
+        return []
+    held = len(plan.holdout())
+    return [f"plan: sweep {plan.sweep!r}, sweep file sha256 {plan.sweep_sha256}, "
+            f"{len(plan.runs)} planned runs ({len(plan.runs) - held} main, {held} held-out), "
+            f"budgets in the {plan.flops_convention} FLOP convention; {len(runs)} of its runs "
+            "finished and used"]
+
+
 def provenance_lines(runs: RunsTable, *, sweep_file: Path | None,
                      now: datetime | None = None) -> list[str]:
     """Bullet lines for the report's provenance section."""
@@ -141,6 +154,7 @@ def provenance_lines(runs: RunsTable, *, sweep_file: Path | None,
     else:
         lines.append(f"sweep file: {portable(str(sweep_file))} (not found when the report "
                      "was written)")
+    lines += plan_lines(runs)
     lines += data_lines(runs)
     lines.append("packages: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
     lines.append(f"machine: {machine()}")

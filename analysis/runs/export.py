@@ -14,6 +14,9 @@ Format (JSON, one object):
   excluded      [[run name, reason], ...]: the runs left out, and why
   runs          {"columns": [...], "dtypes": [...], "rows": [[...], ...]}: the runs table
   curves        the same for the eval curves (run_id, step, tokens, loss), or null
+  plan          the plan manifest that chose the runs (pipeline.vocab.manifest: the one the
+                sweep recorded, or its --sweep-file's view), or null; optional (exports
+                written before it have none)
 NaN is written as null.
 """
 
@@ -28,6 +31,7 @@ import pandas as pd
 from analysis.errors import DataError
 from analysis.inputs import read_input
 from analysis.runs.table import CURVE_COLUMNS, Excluded, RunsTable
+from pipeline.vocab.manifest import ManifestError, PlanManifest, manifest_from_dict
 
 FORMAT = "scaling-runs-export"
 VERSION = 1
@@ -78,6 +82,7 @@ def to_json_dict(runs: RunsTable, curves: pd.DataFrame | None, name: str) -> dic
         "excluded": [[e.run, e.reason] for e in runs.excluded],
         "runs": _frame_to_json(runs.frame),
         "curves": None if curves is None else _frame_to_json(curves),
+        "plan": None if runs.plan is None else runs.plan.to_dict(),
     }
 
 
@@ -107,6 +112,16 @@ def read_export(path: str | Path,
     return runs, curves
 
 
+def _plan(obj: object, path: Path) -> PlanManifest | None:
+    """The export's plan (null or absent: none)."""
+    if obj is None:
+        return None
+    try:
+        return manifest_from_dict(obj, f"{path}: field 'plan'")
+    except ManifestError as e:
+        raise DataError(str(e)) from e
+
+
 def _read(path: Path, option: str) -> tuple[RunsTable, pd.DataFrame | None, str]:
     raw = read_input(path, option)
     try:
@@ -126,10 +141,12 @@ def _read(path: Path, option: str) -> tuple[RunsTable, pd.DataFrame | None, str]
             isinstance(e, list) and len(e) == 2 for e in excluded):
         raise DataError(f"{path}: field 'excluded' must be a list of [name, reason] pairs")
     frame = _frame_from_json(data.get("runs"), f"{path}: field 'runs'")
+    plan = _plan(data.get("plan"), path)
     try:
         runs = RunsTable(frame, source=data["source"], n_convention=data["n_convention"],
                          c_convention=data["c_convention"],
-                         excluded=tuple(Excluded(str(n), str(r)) for n, r in excluded))
+                         excluded=tuple(Excluded(str(n), str(r)) for n, r in excluded),
+                         plan=plan)
     except DataError as e:
         raise DataError(f"{path}: field 'runs': {e}") from e
     curves = None

@@ -8,6 +8,10 @@ kept in ``RunsTable.excluded`` for the report). Curves come from the ``curve.jso
 (one cheap read), else from the metric history of val/loss and tokens. The recipe columns
 ``seed``, ``data_seed``, ``lr``, ``schedule`` come from the params ``train.*`` and ``role``, ``branch_of`` from
 the tags; a ledger older than them gets the defaults of ``analysis.runs.table.OPTIONAL``.
+The sweep's plan (the manifest its last launch recorded on the parent run, plan.json:
+analysis.runs.ledger_plan) decides which trial runs belong to it (the others, of an earlier
+version of the sweep file, are excluded and named) and the FLOP convention of C; a ledger
+without one gets the convention its runs recorded (param ``flops_convention``), else 6nd.
 
 CSV: one row per run; columns mapped by name (defaults recognise the Epoch Chinchilla file
 and plain N/D/C/loss); D = C/(6N) when the file has no D column (as Besiroglu et al. 2024 do
@@ -24,11 +28,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +39,11 @@ import pandas as pd
 
 from analysis.errors import DataError
 from analysis.inputs import read_input
+from analysis.runs.ledger_plan import no_progress_bars, read_plan
 from analysis.runs.table import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
 from pipeline.vocab import keys
+from pipeline.vocab.flops import CONVENTIONS
+from pipeline.vocab.manifest import PlanManifest
 
 Log = Callable[[str], None]
 N_ALIASES = ("N", "params", "n_params", "Model Size", "param_count")
@@ -67,6 +72,9 @@ class SweepData:
     runs: RunsTable
     curves: pd.DataFrame | None
     """Columns run_id, step, tokens, loss; None when no run has a curve."""
+    plan: PlanManifest | None = None
+    """The plan the sweep's last launch recorded (its parent run's plan.json), None when the
+    ledger has none (written before the manifest)."""
 
 
 # --------------------------------------------------------------------------- MLflow
@@ -87,8 +95,9 @@ def _seed(value: object) -> int:
         return int(OPTIONAL["seed"])  # type: ignore[call-overload]
 
 
-def _exclusion_reason(run: object, flops_key: str) -> str | None:
-    """Why a child run cannot be used, or None when it can."""
+def _exclusion_reason(run: object, flops_key: str | None) -> str | None:
+    """Why a child run cannot be used, or None when it can (``flops_key`` None: whatever its
+    C)."""
     tags, metrics = run.data.tags, run.data.metrics
     status = tags.get(keys.TAG_STATUS, "")
     if status != keys.STATUS_FINISHED:
@@ -101,6 +110,8 @@ def _exclusion_reason(run: object, flops_key: str) -> str | None:
     if run.info.status != "FINISHED":
         return f"MLflow status {run.info.status} (unfinished)"
     for key in (keys.FINAL_VAL_LOSS, keys.PARAMS_TOTAL, keys.FINAL_TOKENS, flops_key):
+        if key is None:
+            continue
         value = _float(metrics.get(key))
         if not (np.isfinite(value) and value > 0):
             return f"missing or invalid metric {key} ({metrics.get(key)!r})"
@@ -150,21 +161,6 @@ def _row(run: object, flops_key: str) -> dict:
     return row
 
 
-@contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    """MLflow draws a progress bar per artifact download; one per run would flood stderr."""
-    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    old = os.environ.get(name)
-    os.environ[name] = "false"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 def _inline_curve(run: object) -> dict | None:
     """The curve the run carries as a tag (keys.TAG_CURVE), None when it has none."""
     text = run.data.tags.get(keys.TAG_CURVE)
@@ -186,7 +182,7 @@ def _curve(client: object, run: object) -> pd.DataFrame | None:
     try:
         data = _inline_curve(run)
         if data is None:
-            with tempfile.TemporaryDirectory() as tmp, _no_progress_bars():
+            with tempfile.TemporaryDirectory() as tmp, no_progress_bars():
                 path = client.download_artifacts(rid, keys.CURVE_ARTIFACT, tmp)
                 data = json.loads(Path(path).read_text())
         frame = pd.DataFrame({"step": data["step"], "tokens": data["tokens"],
@@ -212,9 +208,55 @@ def _name(run: object) -> str:
     return run.info.run_name or run.data.tags.get(keys.TAG_RUN_ID) or run.info.run_id
 
 
-def load_sweep(sweep: str, *, tracking_uri: str | None = None, flops_convention: str = "6nd",
-               with_curves: bool = True, log: Log = _stderr) -> SweepData:
-    """Finished runs of ``sweep`` (an MLflow experiment) with C = final/flops_<convention>."""
+NOT_IN_PLAN = (f"not in the plan of the sweep's last launch ({keys.PLAN_ARTIFACT}): a run of "
+               "an earlier version of the sweep file")
+
+
+def _trial_runs(client: object, experiment_id: str) -> list:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], f"tags.{keys.TAG_KIND} = 'trial'",
+                                  max_results=5000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _run_id(run: object) -> str:
+    return run.data.tags.get(keys.TAG_RUN_ID) or run.info.run_id
+
+
+def _in_plan(runs: list, plan: PlanManifest, where: str, sweep: str) -> tuple[list, list]:
+    """(the runs ``plan`` lists, the others excluded); DataError when it lists none of them."""
+    planned = plan.run_ids
+    kept = [r for r in runs if _run_id(r) in planned]
+    if runs and not kept:
+        raise DataError(f"{where}: none of the {len(runs)} trial runs of sweep {sweep!r} is in "
+                        f"the plan its last launch recorded ({keys.PLAN_ARTIFACT}, "
+                        f"{len(plan.runs)} planned runs): every run is of an earlier version "
+                        "of the sweep file")
+    return kept, [Excluded(_name(r), NOT_IN_PLAN) for r in runs if _run_id(r) not in planned]
+
+
+def recorded_convention(runs: Sequence[object]) -> str | None:
+    """The FLOP convention the usable runs recorded (the ``flops_convention`` param of their
+    spec, pipeline.tracking.Ledger.create_trial), when they all record the same one."""
+    found = {r.data.params.get("flops_convention") for r in runs
+             if _exclusion_reason(r, None) is None}
+    return found.pop() if len(found) == 1 and next(iter(found)) in CONVENTIONS else None
+
+
+def load_sweep(sweep: str, *, tracking_uri: str | None = None,
+               flops_convention: str | None = None, with_curves: bool = True,
+               log: Log = _stderr, use_plan: bool = True) -> SweepData:
+    """Finished runs of ``sweep`` (an MLflow experiment) with C = final/flops_<convention>.
+
+    With a plan recorded in the ledger (its parent run's plan.json, ``SweepData.plan``), the
+    trial runs it does not list are excluded, each named (``use_plan`` False: every run is
+    kept, for a caller that applies another view, a ``--sweep-file``'s). The convention:
+    ``flops_convention`` when given, else the plan's, else the one every usable run recorded,
+    else 6nd (C = 6ND)."""
     import mlflow
     from mlflow import MlflowClient
 
@@ -228,23 +270,22 @@ def load_sweep(sweep: str, *, tracking_uri: str | None = None, flops_convention:
     experiment = client.get_experiment_by_name(sweep)
     if experiment is None:
         raise DataError(f"{where}: no sweep (experiment) named {sweep!r}")
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment.experiment_id], f"tags.{keys.TAG_KIND} = 'trial'",
-                                  max_results=5000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
-    flops_key = keys.flops_key(flops_convention)
-    usable: dict[str, object] = {}
+    plan = read_plan(client, experiment.experiment_id, sweep, where)
+    runs = _trial_runs(client, experiment.experiment_id)
+    applied = plan if use_plan else None
     excluded: list[Excluded] = []
+    if applied is not None:
+        runs, excluded = _in_plan(runs, applied, where, sweep)
+    convention = (flops_convention or (plan.flops_convention if plan is not None else None)
+                  or recorded_convention(runs) or "6nd")
+    flops_key = keys.flops_key(convention)
+    usable: dict[str, object] = {}
     for run in runs:
         reason = _exclusion_reason(run, flops_key)
         if reason is not None:
             excluded.append(Excluded(_name(run), reason))
             continue
-        rid = run.data.tags.get(keys.TAG_RUN_ID) or run.info.run_id
+        rid = _run_id(run)
         older = usable.get(rid)
         if older is not None:  # two finished MLflow runs of one RunSpec: keep the later one
             first, later = sorted((older, run), key=lambda r: r.info.end_time or 0)
@@ -258,14 +299,14 @@ def load_sweep(sweep: str, *, tracking_uri: str | None = None, flops_convention:
                         f"({len(runs)} trial run(s), all excluded)")
     frame = pd.DataFrame([_row(r, flops_key) for r in usable.values()])
     table = RunsTable(frame, source=f"MLflow sweep {sweep!r}", n_convention="params_total",
-                      c_convention=flops_convention, excluded=tuple(excluded))
+                      c_convention=convention, excluded=tuple(excluded), plan=applied)
     curves = None
     if with_curves:
         parts = [c for c in (_curve(client, r) for r in usable.values()) if c is not None]
         if len(parts) < len(usable):
             log(f"{sweep}: {len(usable) - len(parts)} of {len(usable)} runs have no curve")
         curves = pd.concat(parts, ignore_index=True) if parts else None
-    return SweepData(table, curves)
+    return SweepData(table, curves, plan)
 
 
 def _report(log: Log, sweep: str, kept: int, excluded: Sequence[Excluded]) -> None:

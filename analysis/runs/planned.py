@@ -1,10 +1,12 @@
-"""Keep the runs of a sweep's current plan: a ledger also holds the runs of earlier recipes.
+"""Keep the runs of a sweep's plan: a ledger also holds the runs of earlier recipes.
 
 Why: run_id is a hash of what is trained, so editing a sweep file (a longer warmup, another
 LR) plans new runs under new ids, and the runs of the old recipe stay in the MLflow experiment,
-finished. Fitted together, two recipes of one cell would be two points of one law. Given the
-sweep file, the report and the held-out planning keep the runs the file plans now, and say
-which were left out. A held-out run is planned from a fit, not by the file alone; it is kept
+finished. Fitted together, two recipes of one cell would be two points of one law. The plan is
+a manifest (pipeline.vocab.manifest): the one the sweep driver recorded in the ledger at its
+last launch (analysis.runs.load reads it), or the view of a ``--sweep-file``, the runs that file
+plans now (pipeline.planned_view, passed in by the entry points: this module imports no
+planner). A held-out run is planned from a fit, not by the file alone; the file's view keeps it
 when the file's held-out section, had the fit put the optimum at that run's own size, would
 plan it (same recipe and seed), so a held-out run of an earlier recipe is left out too.
 """
@@ -18,6 +20,7 @@ import numpy as np
 from analysis.errors import DataError
 from analysis.runs.table import Excluded, RunsTable
 from pipeline.vocab import keys
+from pipeline.vocab.manifest import PlanManifest
 
 
 def held_out_cells(runs: RunsTable) -> list[tuple[float, float]]:
@@ -30,7 +33,7 @@ def held_out_cells(runs: RunsTable) -> list[tuple[float, float]]:
 
 def restrict_to_plan(runs: RunsTable, planned: set[str], label: str | Path) -> RunsTable:
     """The runs whose run_id is in ``planned`` (the ids the sweep file ``label`` plans now);
-    the rest excluded, each with the reason."""
+    the rest excluded, each with the reason (the table keeps its plan, if any)."""
     run_id = runs.frame["run_id"].astype(str).to_numpy()
     keep = np.isin(run_id, list(planned))
     if keep.all():
@@ -45,36 +48,10 @@ def restrict_to_plan(runs: RunsTable, planned: set[str], label: str | Path) -> R
     return runs.subset(keep, excluded=runs.excluded + stale)
 
 
-def restrict_to_sweep_file(runs: RunsTable, sweep_file: str | Path) -> RunsTable:
-    """``restrict_to_plan`` with the ids planned by reading ``sweep_file`` (the commands'
-    ``--sweep-file``; the sweep driver passes the plan it has instead).
-
-    A sweep whose vocabulary depends on the corpus (chars tokenizer) is returned unchanged:
-    its plan cannot be known without reading the corpus.
-    """
-    from pipeline.config import SweepError, load_sweep
-    from pipeline.grid import planned_run_ids, vocab_size_for
-
-    try:
-        cfg = load_sweep(sweep_file)
-    except SweepError as e:
-        raise DataError(str(e)) from e
-    vocab = vocab_size_for(cfg)
-    if vocab is None:
-        return runs
-    return restrict_to_plan(runs, planned_run_ids(cfg, held_out_cells(runs), sweep_file, vocab),
-                            sweep_file)
-
-
-def sweep_corpus(sweep_file: str | Path) -> str | None:
-    """The corpus ``sweep_file`` names, spelled as its runs record it (a relative path made
-    absolute against the file), or None where the file cannot be read as a sweep. The report
-    passes it to `pipeline.sample --corpus`: a sample reads a corpus that a ledger names only
-    when the user's own sweep file names it too (pipeline/sample.py, docs/untrusted.md)."""
-    from pipeline.config import SweepError, load_sweep
-    from pipeline.grid import data_spec_for
-
-    try:
-        return data_spec_for(load_sweep(sweep_file), sweep_file).corpus
-    except SweepError:
-        return None
+def restrict_to_manifest(runs: RunsTable, manifest: PlanManifest,
+                         label: str | Path) -> RunsTable:
+    """``restrict_to_plan`` with the runs of ``manifest`` (the plan of the sweep file
+    ``label``); the table returned carries the manifest (``RunsTable.plan``: a report's
+    provenance and export say which plan chose the runs)."""
+    kept = restrict_to_plan(runs, set(manifest.run_ids), label)
+    return kept.with_frame(kept.frame, plan=manifest)

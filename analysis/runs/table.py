@@ -42,6 +42,7 @@ import pandas as pd
 from analysis.errors import DataError
 from pipeline.vocab import keys
 from pipeline.vocab.families import FAMILY_OBJECTIVES
+from pipeline.vocab.manifest import PlanManifest
 
 REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "family")
 POSITIVE = ("N", "D", "C", "loss")
@@ -70,6 +71,9 @@ class RunsTable:
     n_convention: str = "params_total"
     c_convention: str = "6nd"
     excluded: tuple[Excluded, ...] = field(default=())
+    plan: PlanManifest | None = None
+    """The plan that chose these runs (the ledger's manifest, or a sweep file's view of it;
+    analysis.runs.planned); None for published data and for a sweep without one."""
 
     def __post_init__(self) -> None:
         missing = [c for c in REQUIRED if c not in self.frame.columns]
@@ -106,11 +110,13 @@ class RunsTable:
         return self.with_frame(frame, source=source, excluded=excluded)
 
     def with_frame(self, frame: pd.DataFrame, *, source: str | None = None,
-                   excluded: tuple[Excluded, ...] | None = None) -> RunsTable:
-        """Another frame under this table's conventions (validated again)."""
+                   excluded: tuple[Excluded, ...] | None = None,
+                   plan: PlanManifest | None = None) -> RunsTable:
+        """Another frame under this table's conventions and plan (validated again)."""
         return RunsTable(frame, source=self.source if source is None else source,
                          n_convention=self.n_convention, c_convention=self.c_convention,
-                         excluded=self.excluded if excluded is None else excluded)
+                         excluded=self.excluded if excluded is None else excluded,
+                         plan=self.plan if plan is None else plan)
 
     @property
     def has_kaplan_conventions(self) -> bool:

@@ -26,6 +26,7 @@ A sweep file (see sweeps/*.yaml):
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 from pathlib import Path
 
@@ -65,7 +66,7 @@ __all__ = [
     "DataSection", "GridSection", "HoldoutSection", "IsoflopSection", "ReplicatesSection",
     "ResourcesSection", "RunEntry", "ShapeOverride", "ShapeSection", "SizesSection",
     "SweepConfig", "SweepError", "TrainSection", "_Loader", "check_sweep_text", "load_sweep",
-    "parse_sweep", "resolve_corpus",
+    "load_sweep_and_sha256", "parse_sweep", "resolve_corpus",
 ]
 
 
@@ -97,6 +98,13 @@ def load_sweep(path: str | Path) -> SweepConfig:
 
     Also checks that a local corpus exists (relative to the sweep file).
     """
+    return load_sweep_and_sha256(path)[0]
+
+
+def load_sweep_and_sha256(path: str | Path) -> tuple[SweepConfig, str]:
+    """load_sweep, and the sha256 of the very bytes it validated (the plan manifest's
+    sweep_sha256, pipeline.vocab.manifest): the file is read once, so the hash cannot be of
+    another version of it than the plan."""
     path = Path(path)
     if not path.exists():
         raise SweepError(f"{path}: no such sweep file")
@@ -107,12 +115,13 @@ def load_sweep(path: str | Path) -> SweepConfig:
         raise SweepError(f"{path}: file is {size:,} bytes; a sweep file is at most "
                          f"{MAX_FILE_BYTES:,}")
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        data = path.read_bytes()
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise SweepError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start})") from None
     except OSError as e:
         raise SweepError(f"{path}: cannot read: {e.strerror or e}") from None
-    return check_sweep_text(text, path)
+    return check_sweep_text(text, path), hashlib.sha256(data).hexdigest()
 
 
 def check_sweep_text(text: str, path: Path) -> SweepConfig:

@@ -35,6 +35,7 @@ from pipeline.vocab.spec import RunSpec, branch_folder
 if TYPE_CHECKING:
     from pipeline.ledger.lease import Holder, Leases
     from pipeline.tracking import Ledger
+    from pipeline.vocab.manifest import PlanManifest
 
 POLL_S = 5.0  # how often runs held by another driver are looked up in the ledger
 STOP_GRACE_S = 20.0
@@ -159,9 +160,11 @@ def other_tokens(existing: dict, plan: Plan, fingerprint: str) -> str | None:
 
 
 def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | None, uri: str,
-              checkpoint_root: Path, cpus: int | None = None) -> dict[str, dict]:
+              checkpoint_root: Path, cpus: int | None = None,
+              manifest: PlanManifest | None = None) -> dict[str, dict]:
     """Train every unfinished run of the plan that no other driver trains; wait for those
-    another driver trains; return every run's result by run_id."""
+    another driver trains; return every run's result by run_id. ``manifest``: the sweep's
+    plan so far, recorded on its parent run once that exists (record_plan)."""
     from pipeline.ledger.lease import Leases
     from pipeline.tracking import Ledger
 
@@ -172,9 +175,27 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
     leases.start()
     try:
         return _Runner(cfg, plan, data, ledger, leases, address=address, uri=uri,
-                       checkpoint_root=checkpoint_root, cpus=cpus).run()
+                       checkpoint_root=checkpoint_root, cpus=cpus, manifest=manifest).run()
     finally:
         leases.stop()  # releases whatever is still held (a killed run resumes next time)
+
+
+def record_plan(ledger: Ledger, parent_run_id: str, manifest: PlanManifest) -> None:
+    """Write the plan manifest on the sweep's parent run (keys.PLAN_ARTIFACT). The held-out
+    runs of the plan there before are kept when it was planned from the same file (same
+    sweep_sha256): a relaunch of an unchanged file stopped before its held-out step still
+    lists them. Never fails the sweep: the runs are what matters; a plan not recorded is said
+    once (readers then fall back on the sweep file)."""
+    try:
+        before = ledger.read_plan(parent_run_id)
+        if before is not None and before.sweep_sha256 == manifest.sweep_sha256:
+            manifest = manifest.with_runs(before.holdout())
+        ledger.write_plan(parent_run_id, manifest)
+    except Exception as e:  # noqa: BLE001 - an artifact store's error of any kind
+        from rich.markup import escape
+
+        say(f"[yellow]warning[/]: the sweep's plan ({keys.PLAN_ARTIFACT}) was not recorded "
+            f"on its parent run: {type(e).__name__}: {escape(str(e)[:300])}")
 
 
 class _Runner:
@@ -183,11 +204,13 @@ class _Runner:
 
     def __init__(self, cfg: SweepConfig, plan: Plan, data: TokenData, ledger: Ledger,
                  leases: Leases, *, address: str | None, uri: str, checkpoint_root: Path,
-                 cpus: int | None) -> None:
+                 cpus: int | None, manifest: PlanManifest | None = None) -> None:
         self.cfg, self.plan, self.data, self.ledger, self.leases = cfg, plan, data, ledger, leases
         self.address, self.uri, self.root, self.cpus = address, uri, checkpoint_root, cpus
         self.parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
                                          "runs_planned": str(len(plan.specs))})
+        if manifest is not None:
+            record_plan(ledger, self.parent, manifest)
         self.progress = Progress(total=len(plan.specs))
         self.results: dict[str, dict] = {}
         self.pending: dict = {}  # Ray ref -> (spec, mlflow run id)

@@ -21,6 +21,7 @@ field and names the one that is wrong):
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -34,6 +35,8 @@ VERSION = 1
 MAX_RUNS = 100_000
 """More runs than any sweep plans (the YAML list cap is 10,000 cells): a bound on what an
 untrusted manifest may make a reader hold."""
+MAX_BYTES = 64 * 2**20
+"""The largest plan.json read back: a plan of MAX_RUNS runs is ~15 MB."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _RUN_ID = re.compile(r"[0-9A-Za-z_.-]{1,128}")
 
@@ -153,3 +156,16 @@ def manifest_from_dict(obj: object, where: str) -> PlanManifest:
     if len({r.run_id for r in planned}) != len(planned):
         raise ManifestError(f"{where}: a run_id is listed twice")
     return PlanManifest(sweep[:200], sha, convention, planned)
+
+
+def manifest_from_json(data: bytes, where: str) -> PlanManifest:
+    """The manifest in ``data`` (a plan.json's bytes, at most MAX_BYTES); ManifestError naming
+    ``where`` when it is not JSON or not a plan this code writes."""
+    if len(data) > MAX_BYTES:
+        raise ManifestError(f"{where}: over {MAX_BYTES:,} bytes")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ManifestError(f"{where}: not a JSON plan ({' '.join(str(e).split())[:200]})") \
+            from e
+    return manifest_from_dict(obj, where)

@@ -10,21 +10,25 @@ size rules, no replicates or held-out budgets. Every other section is copied as 
 
     python -m analysis.predict --sweep chinchilla --sweep-file sweeps/chinchilla.yaml \\
         --flops 2e13 --write sweeps/chinchilla_next.yaml
+
+Planner work, so on the pipeline side: it takes a sweep file and numbers (a budget, N_opt,
+D_opt) and imports nothing of the analysis; the entry point analysis.predict computes the
+numbers and turns this module's SweepError into its one error line.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import yaml
 
-from analysis.errors import DataError
-from analysis.inputs import write_new_file
 from pipeline.config import SweepError, check_sweep_text, load_sweep, resolve_corpus
 from pipeline.config.yaml_reader import _read_yaml
 from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
 from pipeline.vocab.spec import STDLIB_CORPORA
+from pipeline.vocab.store import folder_problem
 
 DEFAULT_COUNT = 5
 """Sizes at the new budget when the source plans none by count (a grid or explicit runs)."""
@@ -59,22 +63,23 @@ def _positions(cfg: object) -> int:
 
 def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_opt: float,
                     approach: str, convention: str) -> str:
-    """The YAML of the next sweep (validated); DataError when it cannot be made."""
+    """The YAML of the next sweep; SweepError when it cannot be made."""
+    cfg = load_sweep(source)
     try:
-        cfg = load_sweep(source)
         raw = _read_yaml(source.read_text(encoding="utf-8-sig"), source)
-    except SweepError as e:
-        raise DataError(str(e)) from e
+    except (OSError, UnicodeDecodeError) as e:  # replaced since load_sweep read it
+        raise SweepError(f"{source}: cannot read: {e}") from None
     if cfg.flops_convention != convention:
-        raise DataError(f"{source}: its budgets are in {cfg.flops_convention!r} FLOPs, the "
+        raise SweepError(f"{source}: its budgets are in {cfg.flops_convention!r} FLOPs, the "
                         f"prediction's C in {convention!r}; predict with C in the file's "
                         f"convention (--flops-convention {cfg.flops_convention}; for a CSV also "
                         f"its flops_{cfg.flops_convention} column as --c-col)")
     if out.stem == cfg.name:
-        raise DataError(f"{out}: a sweep named {cfg.name!r} is the source itself (the name is "
+        raise SweepError(f"{out}: a sweep named {cfg.name!r} is the source itself (the name is "
                         "the file's stem, the MLflow experiment and the report folder); give "
                         "the next sweep another name")
-    assert isinstance(raw, dict)  # load_sweep validated it
+    if not isinstance(raw, dict):  # load_sweep validated it, unless replaced meanwhile
+        raise SweepError(f"{source}: changed while it was read")
     for section in ("isoflop", "grid", "runs"):
         raw.pop(section, None)
     raw["name"] = out.stem
@@ -97,18 +102,73 @@ def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_op
 
 
 def validate_next_sweep(out: Path, text: str, option: str = "--write") -> None:
-    """DataError unless ``text`` is a sweep file that load_sweep would accept at ``out``
+    """SweepError unless ``text`` is a sweep file that load_sweep would accept at ``out``
     (its schema, and its corpus relative to ``out``'s folder). Reads and writes nothing."""
     try:
         check_sweep_text(text, out)
     except SweepError as e:
-        raise DataError(f"{option} {out}: the written sweep file would not validate: {e}") \
+        raise SweepError(f"{option} {out}: the written sweep file would not validate: {e}") \
             from e
 
 
 def write_next_sweep(out: Path, text: str, option: str = "--write") -> None:
     """Validate ``text`` (validate_next_sweep), then write it to ``out`` whole, never over an
     existing file: the folders are made only after every check, and removed again if the
-    write fails (analysis.inputs.write_new_file)."""
+    write fails."""
     validate_next_sweep(out, text, option)
-    write_new_file(out, text, option)
+    _write_new_file(out, text, option)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders of ``folder`` that do not exist yet, outermost first: what the writer
+    makes, and removes again on failure. "." and ".." name no folder of their own (rmdir of
+    "a/.." would be the folder above), and "new/../old" is old's, not the writer's."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        if folder.name not in (".", "..") and not os.path.lexists(os.path.normpath(folder)):
+            missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+def _check_new_file(path: Path, option: str) -> None:
+    """A file may be created at ``path``: none there yet, its folder writable (or makable)."""
+    try:
+        there = os.path.lexists(path)
+    except (OSError, ValueError) as e:  # a name over the limit; a NUL byte
+        raise SweepError(f"{option} {path}: {e}") from e
+    if there:
+        raise SweepError(f"{option} {path}: exists; {option} never replaces a file (give a "
+                         "new name)")
+    if problem := folder_problem(path.parent):
+        raise SweepError(f"{option} {path}: {problem}")
+
+
+def _write_new_file(path: Path, text: str, option: str) -> None:
+    """``text`` in a new file at ``path``, whole or not at all (a temporary file in the same
+    folder, then renamed; an existing file is never replaced). The folders it needs are made here, after every check, and removed if the write fails."""
+    _check_new_file(path, option)
+    made: list[Path] = []
+    tmp, done = None, False
+    try:
+        for folder in _missing_folders(Path.cwd() / path.parent):
+            folder.mkdir()
+            made.append(folder)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if os.path.lexists(path):  # made meanwhile by another process: still never replaced
+            raise SweepError(f"{option} {path}: exists; {option} never replaces a file")
+        os.replace(tmp, path)
+        done = True
+    except OSError as e:
+        raise SweepError(f"{option} {path}: cannot write: {e.strerror or e}") from e
+    finally:
+        if not done:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            for folder in reversed(made):
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break  # not empty: someone else's file went in meanwhile

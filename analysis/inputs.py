@@ -14,12 +14,11 @@ import argparse
 import math
 import os
 import stat
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from analysis.errors import DataError
-from pipeline.vocab.store import folder_problem
+from pipeline.vocab.disk import new_file_problem
 
 MAX_INPUT_BYTES = 256 * 2**20
 """Largest CSV or runs export read: 256 MiB. Why: the largest sweep the pipeline plans
@@ -159,60 +158,10 @@ def jobs(text: str) -> int:
     return integer_in(1, 4 * (os.cpu_count() or 1), " (4 a core)")(text)
 
 
-def missing_folders(folder: Path) -> list[Path]:
-    """The folders of ``folder`` that do not exist yet, outermost first: what a writer would
-    make, and remove again on failure. "." and ".." name no folder of their own (rmdir of
-    "a/.." would be the folder above), so they are passed over."""
-    missing = []
-    while not os.path.lexists(folder) and folder != folder.parent:
-        # "new/../old" does not exist while new does not, yet it is old once the writer made
-        # new: a folder that exists under its normalised name is not the writer's to remove.
-        if folder.name not in (".", "..") and not os.path.lexists(os.path.normpath(folder)):
-            missing.append(folder)
-        folder = folder.parent
-    return missing[::-1]
-
-
 def check_new_file(path: Path, option: str) -> None:
     """A file that may be created at ``path``: not there yet, its folder a writable folder
-    (or creatable). Creates nothing."""
-    try:
-        there = os.path.lexists(path)
-    except (OSError, ValueError) as e:  # a name over the limit; a NUL byte
-        raise InputError(f"{option} {path}: {e}") from e
-    if there:
-        raise InputError(f"{option} {path}: exists; {option} never replaces a file (give a "
-                         "new name)")
-    if problem := folder_problem(path.parent):
-        raise InputError(f"{option} {path}: {problem}")
+    (or creatable). Creates nothing (pipeline.vocab.disk.new_file_problem)."""
+    if problem := new_file_problem(path, option):
+        raise InputError(problem)
 
 
-def write_new_file(path: Path, text: str, option: str) -> None:
-    """Write ``text`` to a new file at ``path``, whole or not at all (a temporary file in the
-    same folder, then renamed). The folders it needs are created here, after every check, and
-    removed again if the write fails."""
-    check_new_file(path, option)
-    made: list[Path] = []
-    tmp, done = None, False
-    try:
-        for folder in missing_folders(Path.cwd() / path.parent):
-            folder.mkdir()
-            made.append(folder)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        if os.path.lexists(path):  # made meanwhile by another process: still never replaced
-            raise InputError(f"{option} {path}: exists; {option} never replaces a file")
-        os.replace(tmp, path)
-        done = True
-    except OSError as e:
-        raise InputError(f"{option} {path}: cannot write: {e.strerror or e}") from e
-    finally:
-        if not done:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-            for folder in reversed(made):
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break  # not empty: someone else's file went in meanwhile

@@ -35,7 +35,7 @@ from analysis.analyze import analyze
 from analysis.checks.conventions import timed_refit_conventions
 from analysis.cli import Parser, add_bootstrap_by, add_input_arguments, load_input, run_main
 from analysis.errors import AnalysisError
-from analysis.inputs import BOOTSTRAP, SEED, check_name, jobs, missing_folders
+from analysis.inputs import BOOTSTRAP, SEED, check_name, jobs
 from analysis.numerics.workers import default_jobs, in_worker, worker_pool
 from analysis.reporting.document import to_html, to_markdown
 from analysis.reporting.figures import Context, draw_all
@@ -48,7 +48,7 @@ from analysis.runs.export import export_name, to_json_dict, write_export
 from analysis.schema import analysis_to_json
 from analysis.text import spreadsheet_cell
 from pipeline.planned_view import SWEEP_FILE_VIEW
-from pipeline.vocab.disk import DiskFullError, disk_full
+from pipeline.vocab.disk import DiskFullError, disk_full, missing_folders
 from pipeline.vocab.store import folder_problem
 
 DEFAULT_BOOTSTRAP = 400

@@ -443,31 +443,43 @@ def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path |
 def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = (),
                     sweep_path: Path | str = ".", vocab_size: int | None = None,
                     plan: Plan | None = None) -> set[str]:
-    """The run ids the file plans now: its main plan (``plan`` when the caller has expanded it
-    already, as the sweep driver has) and, for each held-out run (N, budget) of a ledger, the
-    run the held-out section would plan had the fit put the optimum at that N (same recipe and
-    seed). A held-out run of an earlier recipe is therefore not in the set. A CPU sweep with
-    precision auto plans other ids on a CPU with native bf16 (pipeline.vocab.recipe.resolve_auto):
-    the ids of both kinds of CPU count, so a report made on another machine keeps the runs."""
+    """The ids of ``planned_specs``."""
+    return {s.run_id for s in planned_specs(cfg, held_out, sweep_path, vocab_size, plan)}
+
+
+def planned_specs(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = (),
+                  sweep_path: Path | str = ".", vocab_size: int | None = None,
+                  plan: Plan | None = None) -> list[RunSpec]:
+    """The runs the file plans now, each once (the first planned of an id): its main plan
+    (``plan`` when the caller has expanded it already) and, for each held-out run (N, budget)
+    of a ledger, the run the held-out section would plan had the fit put the optimum at that
+    N (same recipe and seed). A held-out run of an earlier recipe is therefore not in it. A
+    CPU sweep with precision auto plans other ids on a CPU with native bf16
+    (pipeline.vocab.recipe.resolve_auto): the runs of both kinds of CPU count, so a report
+    made on another machine keeps the runs."""
     held_out = list(held_out)  # read once per kind of CPU
-    ids = _planned_ids(cfg, held_out, sweep_path, vocab_size, plan)  # this machine's CPU
+    specs = _planned_specs(cfg, held_out, sweep_path, vocab_size, plan)  # this machine's CPU
     if (cfg.train.precision == "auto" and cfg.resources.num_gpus == 0
             and cfg.family in AUTO_BF16_FAMILIES):
         with planning_cpu(not planned_cpu_bf16()):  # and the other kind
-            ids |= _planned_ids(cfg, held_out, sweep_path, vocab_size, None)
-    return ids
+            specs += _planned_specs(cfg, held_out, sweep_path, vocab_size, None)
+    first: dict[str, RunSpec] = {}
+    for s in specs:
+        first.setdefault(s.run_id, s)
+    return list(first.values())
 
 
-def _planned_ids(cfg: SweepConfig, held_out: list[tuple[float, float]],
-                 sweep_path: Path | str, vocab_size: int | None, plan: Plan | None) -> set[str]:
+def _planned_specs(cfg: SweepConfig, held_out: list[tuple[float, float]],
+                   sweep_path: Path | str, vocab_size: int | None,
+                   plan: Plan | None) -> list[RunSpec]:
     vocab = vocab_size or vocab_size_for(cfg)  # the tokenizer's; expand checks it is known
-    ids = {s.run_id for s in (plan or expand(cfg, sweep_path, vocab)).specs}
+    specs = list((plan or expand(cfg, sweep_path, vocab)).specs)
     section = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if section is None:
-        return ids
+        return specs
     for n, budget in held_out:
         if budget in section.budgets:
             one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
                 "holdout": section.model_copy(update={"budgets": [budget]})})})
-            ids |= {s.run_id for s in plan_holdout(one, {budget: n}, sweep_path, vocab).specs}
-    return ids
+            specs += plan_holdout(one, {budget: n}, sweep_path, vocab).specs
+    return specs

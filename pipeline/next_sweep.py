@@ -19,7 +19,6 @@ numbers and turns this module's SweepError into its one error line.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -27,8 +26,8 @@ import yaml
 from pipeline.config import SweepError, check_sweep_text, load_sweep, resolve_corpus
 from pipeline.config.yaml_reader import _read_yaml
 from pipeline.vision.sources import IMAGE_PREFIX, is_image_corpus, parse_image_source
+from pipeline.vocab.disk import NewFileError, write_new_file
 from pipeline.vocab.spec import STDLIB_CORPORA
-from pipeline.vocab.store import folder_problem
 
 DEFAULT_COUNT = 5
 """Sizes at the new budget when the source plans none by count (a grid or explicit runs)."""
@@ -116,59 +115,7 @@ def write_next_sweep(out: Path, text: str, option: str = "--write") -> None:
     existing file: the folders are made only after every check, and removed again if the
     write fails."""
     validate_next_sweep(out, text, option)
-    _write_new_file(out, text, option)
-
-
-def _missing_folders(folder: Path) -> list[Path]:
-    """The folders of ``folder`` that do not exist yet, outermost first: what the writer
-    makes, and removes again on failure. "." and ".." name no folder of their own (rmdir of
-    "a/.." would be the folder above), and "new/../old" is old's, not the writer's."""
-    missing = []
-    while not os.path.lexists(folder) and folder != folder.parent:
-        if folder.name not in (".", "..") and not os.path.lexists(os.path.normpath(folder)):
-            missing.append(folder)
-        folder = folder.parent
-    return missing[::-1]
-
-
-def _check_new_file(path: Path, option: str) -> None:
-    """A file may be created at ``path``: none there yet, its folder writable (or makable)."""
     try:
-        there = os.path.lexists(path)
-    except (OSError, ValueError) as e:  # a name over the limit; a NUL byte
-        raise SweepError(f"{option} {path}: {e}") from e
-    if there:
-        raise SweepError(f"{option} {path}: exists; {option} never replaces a file (give a "
-                         "new name)")
-    if problem := folder_problem(path.parent):
-        raise SweepError(f"{option} {path}: {problem}")
-
-
-def _write_new_file(path: Path, text: str, option: str) -> None:
-    """``text`` in a new file at ``path``, whole or not at all (a temporary file in the same
-    folder, then renamed; an existing file is never replaced). The folders it needs are made here, after every check, and removed if the write fails."""
-    _check_new_file(path, option)
-    made: list[Path] = []
-    tmp, done = None, False
-    try:
-        for folder in _missing_folders(Path.cwd() / path.parent):
-            folder.mkdir()
-            made.append(folder)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        if os.path.lexists(path):  # made meanwhile by another process: still never replaced
-            raise SweepError(f"{option} {path}: exists; {option} never replaces a file")
-        os.replace(tmp, path)
-        done = True
-    except OSError as e:
-        raise SweepError(f"{option} {path}: cannot write: {e.strerror or e}") from e
-    finally:
-        if not done:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
-            for folder in reversed(made):
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break  # not empty: someone else's file went in meanwhile
+        write_new_file(out, text, option)
+    except NewFileError as e:
+        raise SweepError(str(e)) from e

@@ -9,7 +9,7 @@ calls it without importing the planner (tests/test_architecture.py).
 
 A held-out run is planned from a fit, not by the file alone: it is in the view when the
 file's held-out section, had the fit put the optimum at that run's own size, would plan it
-(same recipe and seed; pipeline.grid.planned_run_ids), so a held-out run of an earlier recipe
+(same recipe and seed; pipeline.grid.planned_specs), so a held-out run of an earlier recipe
 is not. Errors: pipeline.config.SweepError naming the file, field and value.
 
 The planner (pipeline.config, pipeline.grid: pydantic, ~0.5 s) is imported when a file is
@@ -20,31 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pipeline.vocab.manifest import PlanManifest, plan_manifest
-from pipeline.vocab.recipe import AUTO_BF16_FAMILIES
-
-if TYPE_CHECKING:
-    from pipeline.config import SweepConfig
-    from pipeline.vocab.spec import RunSpec
-
-
-def _specs(cfg: SweepConfig, held_out: list[tuple[float, float]], path: Path | str,
-           vocab: int) -> list[RunSpec]:
-    """The main runs the file plans, and the held-out run it would plan at each (N, budget)."""
-    from pipeline.grid import expand, plan_holdout
-
-    specs = list(expand(cfg, path, vocab).specs)
-    section = cfg.isoflop.holdout if cfg.isoflop is not None else None
-    if section is None:
-        return specs
-    for n, budget in held_out:
-        if budget in section.budgets:
-            one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
-                "holdout": section.model_copy(update={"budgets": [budget]})})})
-            specs += plan_holdout(one, {budget: n}, path, vocab).specs
-    return specs
 
 
 def sweep_file_manifest(sweep_file: str | Path, held_out_cells: Iterable[tuple[float, float]],
@@ -54,26 +31,17 @@ def sweep_file_manifest(sweep_file: str | Path, held_out_cells: Iterable[tuple[f
     file's bytes). None when the vocabulary depends on the corpus (the chars tokenizer): the
     plan cannot be known without reading it. SweepError on a file that is not a sweep.
 
-    The run ids are pipeline.grid.planned_run_ids' (on a CPU sweep with precision auto, those
-    of both kinds of CPU), each with its role, budget and family."""
+    The runs are pipeline.grid.planned_specs' (on a CPU sweep with precision auto, those of
+    both kinds of CPU), each with its role, budget and family."""
     from pipeline.config import load_sweep
-    from pipeline.estimate.device import planned_cpu_bf16, planning_cpu
-    from pipeline.grid import planned_run_ids, vocab_size_for
+    from pipeline.grid import planned_specs, vocab_size_for
 
     cfg = load_sweep(sweep_file)
     vocab = vocab_size_for(cfg)
     if vocab is None:
         return None
-    held_out = list(held_out_cells)
-    ids = planned_run_ids(cfg, held_out, sweep_file, vocab)
-    specs = _specs(cfg, held_out, sweep_file, vocab)
-    if (cfg.train.precision == "auto" and cfg.resources.num_gpus == 0
-            and cfg.family in AUTO_BF16_FAMILIES):
-        with planning_cpu(not planned_cpu_bf16()):  # the other kind of CPU, as planned_run_ids
-            specs += _specs(cfg, held_out, sweep_file, vocab)
-    unique = {s.run_id: s for s in reversed(specs) if s.run_id in ids}  # the first one wins
-    ordered = [unique[r] for r in dict.fromkeys(s.run_id for s in specs) if r in unique]
-    return plan_manifest(cfg.name, sha256, cfg.flops_convention, ordered)
+    specs = planned_specs(cfg, held_out_cells, sweep_file, vocab)
+    return plan_manifest(cfg.name, sha256, cfg.flops_convention, specs)
 
 
 def sweep_file_convention(sweep_file: str | Path) -> str:

@@ -317,7 +317,7 @@ def test_a_folder_that_existed_is_never_counted_as_made(tmp_path: Path, monkeypa
     """new/../old does not exist while new does not, but it is old once new is made: a
     failed report must not remove old (found by review: Ctrl-C while the figures were drawn
     removed an empty folder that existed before)."""
-    from analysis.inputs import missing_folders
+    from pipeline.vocab.disk import missing_folders
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "old").mkdir()

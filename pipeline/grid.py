@@ -19,7 +19,6 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from pipeline.config import SizesSection, SweepConfig, resolve_corpus
-from pipeline.estimate.device import planned_cpu_bf16, planning_cpu
 from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
 from pipeline.vocab import flops
 from pipeline.vocab.families import (
@@ -207,7 +206,7 @@ def _allowed_rungs(cfg: SweepConfig, sizes: SizesSection, ladder: list[ModelConf
 
 
 def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, seed: int,
-                base_lr: float, schedule: str, warmup_of: int) -> TrainSpec:
+                base_lr: float, schedule: str, warmup_of: int, cpu_bf16: bool) -> TrainSpec:
     """The recipe of one run (pipeline/vocab/recipe.py's rules); warmup follows `warmup_of` steps
     (its own, or the longest run's for WSD runs sharing a trunk)."""
     t = cfg.train
@@ -219,7 +218,7 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
     kind = "cuda" if cfg.resources.num_gpus > 0 else "cpu"
     precision, head_precision = resolve_auto(
         t.precision, t.head_precision, kind, model.family, model.d_model,
-        cpu_bf16=kind == "cpu" and t.precision == "auto" and planned_cpu_bf16())
+        cpu_bf16=kind == "cpu" and t.precision == "auto" and cpu_bf16)
     return TrainSpec(
         batch_size=batch, lr=recipe.peak_lr(base_lr, model.d_model, batch),
         min_lr_ratio=t.min_lr_ratio, warmup_steps=recipe.warmup_steps(warmup_of),
@@ -255,10 +254,15 @@ def _ladder(cfg: SweepConfig, rule: ShapeRule, vocab: int) -> list[ModelConfig]:
     return out
 
 
-def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | None = None) -> Plan:
+def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | None = None, *,
+           cpu_bf16: bool = False) -> Plan:
     """All RunSpecs of a sweep, in a deterministic order, plus the skipped cells.
 
-    Held-out budgets are not in it: they depend on the fit of these runs (plan_holdout)."""
+    Held-out budgets are not in it: they depend on the fit of these runs (plan_holdout).
+    ``cpu_bf16``: whether the CPUs the runs train on compute bf16 natively, which decides what
+    `precision: auto` becomes on a CPU (pipeline.vocab.recipe.resolve_auto). An input, never
+    asked of this machine: a plan, hence every run id, is the same wherever it is made (the
+    sweep command passes what its machine has: pipeline.estimate.device)."""
     vocab = _model_vocab(cfg, vocab_size)
     d = cfg.data
     skipped: list[Skipped] = []
@@ -298,14 +302,14 @@ def expand(cfg: SweepConfig, sweep_path: Path | str = ".", vocab_size: int | Non
     seen: dict[str, str] = {}
     for recipe in cfg.train.recipes():  # the recipe, then each ablation variant
         specs += _specs(cfg.model_copy(update={"train": recipe}), data, cells, skipped,
-                        role="main", seen=seen)
+                        role="main", cpu_bf16=cpu_bf16, seen=seen)
     if cfg.train.wsd_reuse:
         specs = _share_trunks(specs)
     return Plan(specs, skipped)
 
 
 def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[Skipped],
-           role: str, seen: dict[str, str] | None = None) -> list[RunSpec]:
+           role: str, cpu_bf16: bool, seen: dict[str, str] | None = None) -> list[RunSpec]:
     """The RunSpecs of buildable cells x seeds x LRs x schedules; the rest go to skipped.
 
     seen: run_id -> label of the runs planned so far (a run planned twice is skipped)."""
@@ -342,7 +346,7 @@ def _specs(cfg: SweepConfig, data: DataSpec, cells: list[_Cell], skipped: list[S
                 cell.seeds, t.lrs or [t.lr], t.schedule_list()):
             shared = schedule == "wsd" and t.wsd_reuse
             train = _train_spec(cfg, cell.model, steps, batch, seed, base_lr, schedule,
-                                longest[cell.model] if shared else steps)
+                                longest[cell.model] if shared else steps, cpu_bf16)
             # Default: a checkpoint every 1/evals_per_run of the run (at every evaluation where
             # eval_budget leaves them all), so a lost run redoes at most 1/8 of it.
             ckpt = cfg.resources.checkpoint_interval or max(1, steps // t.evals_per_run)
@@ -419,9 +423,10 @@ def _share_trunks(specs: list[RunSpec]) -> list[RunSpec]:
 
 
 def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path | str = ".",
-                 vocab_size: int | None = None) -> Plan:
+                 vocab_size: int | None = None, *, cpu_bf16: bool = False) -> Plan:
     """The held-out runs: for each held-out budget C, the `count` ladder sizes nearest in
-    log N to n_opt[C], the compute-optimal N that the fit of the main budgets predicts."""
+    log N to n_opt[C], the compute-optimal N that the fit of the main budgets predicts
+    (``cpu_bf16`` as in expand)."""
     assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
     seeds = tuple(cfg.train.seeds) + tuple(cfg.isoflop.holdout.seeds or ())
     vocab = _model_vocab(cfg, vocab_size)
@@ -436,33 +441,33 @@ def plan_holdout(cfg: SweepConfig, n_opt: dict[float, float], sweep_path: Path |
             m = ladder[j]
             cells.append(_Cell(m, flops.tokens_for_budget(m, budget, cfg.flops_convention),
                                budget, seeds))
-    specs = _specs(cfg, data_spec_for(cfg, sweep_path), cells, skipped, role="holdout")
+    specs = _specs(cfg, data_spec_for(cfg, sweep_path), cells, skipped, role="holdout",
+                   cpu_bf16=cpu_bf16)
     return Plan(specs, skipped)
 
 
 def planned_run_ids(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = (),
-                    sweep_path: Path | str = ".", vocab_size: int | None = None,
-                    plan: Plan | None = None) -> set[str]:
+                    sweep_path: Path | str = ".", vocab_size: int | None = None) -> set[str]:
     """The ids of ``planned_specs``."""
-    return {s.run_id for s in planned_specs(cfg, held_out, sweep_path, vocab_size, plan)}
+    return {s.run_id for s in planned_specs(cfg, held_out, sweep_path, vocab_size)}
 
 
 def planned_specs(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = (),
-                  sweep_path: Path | str = ".", vocab_size: int | None = None,
-                  plan: Plan | None = None) -> list[RunSpec]:
+                  sweep_path: Path | str = ".", vocab_size: int | None = None) -> list[RunSpec]:
     """The runs the file plans now, each once (the first planned of an id): its main plan
-    (``plan`` when the caller has expanded it already) and, for each held-out run (N, budget)
+    and, for each held-out run (N, budget)
     of a ledger, the run the held-out section would plan had the fit put the optimum at that
     N (same recipe and seed). A held-out run of an earlier recipe is therefore not in it. A
-    CPU sweep with precision auto plans other ids on a CPU with native bf16
+    CPU sweep with precision auto plans other ids for CPUs with native bf16
     (pipeline.vocab.recipe.resolve_auto): the runs of both kinds of CPU count, so a report
     made on another machine keeps the runs."""
     held_out = list(held_out)  # read once per kind of CPU
-    specs = _planned_specs(cfg, held_out, sweep_path, vocab_size, plan)  # this machine's CPU
+    kinds = [False]
     if (cfg.train.precision == "auto" and cfg.resources.num_gpus == 0
             and cfg.family in AUTO_BF16_FAMILIES):
-        with planning_cpu(not planned_cpu_bf16()):  # and the other kind
-            specs += _planned_specs(cfg, held_out, sweep_path, vocab_size, None)
+        kinds.append(True)
+    specs = [s for bf16 in kinds
+             for s in _planned_specs(cfg, held_out, sweep_path, vocab_size, bf16)]
     first: dict[str, RunSpec] = {}
     for s in specs:
         first.setdefault(s.run_id, s)
@@ -471,9 +476,9 @@ def planned_specs(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = ()
 
 def _planned_specs(cfg: SweepConfig, held_out: list[tuple[float, float]],
                    sweep_path: Path | str, vocab_size: int | None,
-                   plan: Plan | None) -> list[RunSpec]:
+                   cpu_bf16: bool) -> list[RunSpec]:
     vocab = vocab_size or vocab_size_for(cfg)  # the tokenizer's; expand checks it is known
-    specs = list((plan or expand(cfg, sweep_path, vocab)).specs)
+    specs = list(expand(cfg, sweep_path, vocab, cpu_bf16=cpu_bf16).specs)
     section = cfg.isoflop.holdout if cfg.isoflop is not None else None
     if section is None:
         return specs
@@ -481,5 +486,5 @@ def _planned_specs(cfg: SweepConfig, held_out: list[tuple[float, float]],
         if budget in section.budgets:
             one = cfg.model_copy(update={"isoflop": cfg.isoflop.model_copy(update={
                 "holdout": section.model_copy(update={"budgets": [budget]})})})
-            specs += plan_holdout(one, {budget: n}, sweep_path, vocab).specs
+            specs += plan_holdout(one, {budget: n}, sweep_path, vocab, cpu_bf16=cpu_bf16).specs
     return specs

@@ -21,17 +21,17 @@ class HoldoutError(RuntimeError):
 
 
 def holdout_plan(cfg: SweepConfig, n_opt: dict[float, float], sweep_file: str | Path,
-                 vocab: int) -> Plan:
+                 vocab: int, *, cpu_bf16: bool = False) -> Plan:
     """The held-out runs: at each held-out budget C, the sizes nearest the predicted
     compute-optimal ``n_opt[C]`` (parameters, read at C in the sweep's planning convention).
 
     That N_opt is a plan, not a result: the report compares the held-out loss with what every
     fit predicts for the size actually trained. HoldoutError when a held-out budget has no
-    finite positive N_opt."""
+    finite positive N_opt. ``cpu_bf16``: as the main plan's (pipeline.grid.expand)."""
     assert cfg.isoflop is not None and cfg.isoflop.holdout is not None
     for c in cfg.isoflop.holdout.budgets:
         n = n_opt.get(c)
         if n is None or not math.isfinite(n) or n <= 0:
             raise HoldoutError(f"no predicted optimum to train at for the held-out budget "
                                f"C={c:.3g} (got N_opt = {n})")
-    return plan_holdout(cfg, n_opt, sweep_file, vocab)
+    return plan_holdout(cfg, n_opt, sweep_file, vocab, cpu_bf16=cpu_bf16)

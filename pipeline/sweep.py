@@ -33,6 +33,7 @@ from pipeline.config import SweepConfig, SweepError, load_sweep_and_sha256
 from pipeline.data.repetition import repetition_problem
 from pipeline.driver.capacity import local_problem
 from pipeline.driver.runner import run_sweep, sigterm_as_interrupt, slots_here
+from pipeline.estimate.device import cpu_has_native_bf16
 from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
 from pipeline.holdout import HoldoutError, holdout_plan
 from pipeline.preflight import driver_problem
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         if (chars := _data_for(cfg, args.sweep_file, load_data)) is None:
             return 2
         vocab = chars.vocab_size
-    plan = expand(cfg, args.sweep_file, vocab)
+    # precision auto follows the CPUs here (a cluster of other CPUs sets precision itself)
+    plan = expand(cfg, args.sweep_file, vocab, cpu_bf16=cpu_has_native_bf16())
     if not plan.specs:
         print(f"error: {args.sweep_file}: the sweep has no buildable run "
               f"({len(plan.skipped)} cell(s) skipped)", file=sys.stderr)
@@ -192,7 +194,8 @@ def _run_holdout(cfg: SweepConfig, plan: Plan, data, args: argparse.Namespace, u
         return plan
     try:
         n_opt = predicted_optimum(cfg, args.sweep_file, uri, plan)
-        h_plan = holdout_plan(cfg, n_opt, args.sweep_file, vocab)
+        h_plan = holdout_plan(cfg, n_opt, args.sweep_file, vocab,
+                              cpu_bf16=cpu_has_native_bf16())
     except HoldoutError as e:
         say(f"[red]held-out budgets not run[/]: {e}")
         results["holdout"] = {"status": keys.STATUS_FAILED, "error": str(e)}

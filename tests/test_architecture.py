@@ -197,6 +197,35 @@ def test_the_vocabulary_needs_only_the_standard_library() -> None:
     assert not outside, f"the vocabulary imports outside the standard library: {outside}"
 
 
+PLANNER = ("pipeline.config", "pipeline.grid", "pipeline.holdout", "pipeline.next_sweep",
+           "pipeline.planned_view")
+"""The planner: sweep file -> RunSpecs. Pure: what it plans depends on the file and its
+explicit inputs, not on the machine it runs on."""
+HARDWARE = "pipeline.estimate.device"
+
+
+def _path(module: str) -> Path:
+    path = ROOT / (module.replace(".", "/") + ".py")
+    return path if path.exists() else ROOT / module.replace(".", "/") / "__init__.py"
+
+
+def test_the_planner_asks_no_hardware_and_needs_no_torch_ray_or_mlflow() -> None:
+    """Run ids must not depend on the planning machine (the target device is an input of
+    pipeline.grid.expand), and a sweep file is planned, or refused, without the heavy
+    libraries; every module the planner reaches, lazily or not, is checked."""
+    graph = import_graph()
+    reached: set[str] = set()
+    stack = [m for m in graph if any(_within(m, p) for p in PLANNER)]
+    while stack:
+        if (m := stack.pop()) not in reached:
+            reached.add(m)
+            stack += graph[m]
+    assert HARDWARE not in reached
+    heavy = {m: sorted(names) for m in sorted(reached)
+             if (names := _imports_outside(_path(m)) & {"torch", "ray", "mlflow"})}
+    assert not heavy, f"the planner reaches modules importing {heavy}"
+
+
 def test_no_import_circle_between_files() -> None:
     found = circles(import_graph())
     assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)

@@ -14,7 +14,7 @@ import yaml
 import pipeline.grid as grid
 import pipeline.train.cli as train_cli
 from pipeline.config import parse_sweep
-from pipeline.estimate.device import cpu_has_native_bf16, planning_cpu
+from pipeline.estimate.device import cpu_has_native_bf16
 from pipeline.model import build_model
 from pipeline.vocab.families import make_config
 from pipeline.vocab.recipe import AUTO_BF16_MIN_D_MODEL, precision_label, resolve_auto
@@ -105,8 +105,7 @@ GRID = {
 
 @pytest.mark.parametrize("native", [True, False])
 def test_the_planner_resolves_auto_by_the_cpu_and_the_width(native: bool) -> None:
-    with planning_cpu(native):
-        plan = grid.expand(parse_sweep(yaml.safe_dump(GRID), "precision.yaml"))
+    plan = grid.expand(parse_sweep(yaml.safe_dump(GRID), "precision.yaml"), cpu_bf16=native)
     by_width = {s.model.d_model: s.train for s in plan.specs}
     assert (by_width[64].precision, by_width[64].head_precision) == ("auto", "autocast")
     wide = (by_width[W].precision, by_width[W].head_precision)
@@ -115,8 +114,7 @@ def test_the_planner_resolves_auto_by_the_cpu_and_the_width(native: bool) -> Non
 
 def test_a_gpu_sweep_keeps_auto() -> None:
     doc = {**GRID, "resources": {"num_cpus": 1, "num_gpus": 1}}
-    with planning_cpu(True):
-        plan = grid.expand(parse_sweep(yaml.safe_dump(doc), "precision.yaml"))
+    plan = grid.expand(parse_sweep(yaml.safe_dump(doc), "precision.yaml"), cpu_bf16=True)
     assert {(s.train.precision, s.train.head_precision) for s in plan.specs} == {
         ("auto", "autocast")}
 
@@ -126,22 +124,20 @@ def test_a_report_on_another_cpu_keeps_the_runs_planned_on_either() -> None:
     cfg = parse_sweep(yaml.safe_dump(GRID), "precision.yaml")
     by_cpu = {}
     for native in (True, False):
-        with planning_cpu(native):
-            by_cpu[native] = {s.run_id for s in grid.expand(cfg).specs}
+        by_cpu[native] = {s.run_id for s in grid.expand(cfg, cpu_bf16=native).specs}
     assert by_cpu[True] != by_cpu[False]
-    for native in (True, False):
-        with planning_cpu(native):
-            assert grid.planned_run_ids(cfg) == by_cpu[True] | by_cpu[False]
+    assert grid.planned_run_ids(cfg) == by_cpu[True] | by_cpu[False]
 
 
 @pytest.mark.parametrize("d_model, native, resolved", [
     (W, True, ("bf16", "fp32")), (W, False, ("auto", "autocast")), (64, True, ("auto", "autocast")),
 ])
 def test_the_single_run_cli_resolves_auto(d_model: int, native: bool,
-                                          resolved: tuple[str, str]) -> None:
+                                          resolved: tuple[str, str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     args = train_cli.build_parser().parse_args(
         ["--family", "gpt", "--n-layer", "1", "--d-model", str(d_model), "--head-dim", "32",
          "--tokens", "1e4", "--device", "cpu"])
-    with planning_cpu(native):
-        spec = train_cli.spec_from_args(args)
+    monkeypatch.setattr(train_cli, "cpu_has_native_bf16", lambda: native)  # the CPU it trains on
+    spec = train_cli.spec_from_args(args)
     assert (spec.train.precision, spec.train.head_precision) == resolved

@@ -21,7 +21,6 @@ from analysis.analyze import analyze
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 from analysis.schema import analysis_to_json
 from pipeline.config import load_sweep
-from pipeline.estimate.device import planning_cpu
 from pipeline.grid import expand, plan_holdout, vocab_size_for
 from pipeline.vocab import flops
 
@@ -32,20 +31,21 @@ FIT_JSON = SNAPSHOTS / "fit_synthetic.json"
 SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 
 
-def planned_ids(path: Path) -> dict[str, list[str]]:
+def planned_ids(path: Path, cpu_bf16: bool = False) -> dict[str, list[str]]:
     """The file's main plan and, where it has held-out budgets, the held-out plan for an
     optimum at the geometric middle of the planned sizes (any fixed n_opt will do: the
     snapshot pins the planner, not the fit)."""
     cfg = load_sweep(path)
     vocab = vocab_size_for(cfg)
     assert vocab is not None, f"{path.name}: a shipped sweep whose plan needs the corpus"
-    plan = expand(cfg, path, vocab)
+    plan = expand(cfg, path, vocab, cpu_bf16=cpu_bf16)
     out = {"main": [s.run_id for s in plan.specs]}
     if cfg.isoflop is not None and cfg.isoflop.holdout is not None:
         sizes = [flops.params_total(s.model) for s in plan.specs]
         n_mid = math.sqrt(min(sizes) * max(sizes))
         n_opt = dict.fromkeys(cfg.isoflop.holdout.budgets, n_mid)
-        out["holdout"] = [s.run_id for s in plan_holdout(cfg, n_opt, path, vocab).specs]
+        out["holdout"] = [s.run_id for s in plan_holdout(cfg, n_opt, path, vocab,
+                                                              cpu_bf16=cpu_bf16).specs]
     return out
 
 
@@ -102,8 +102,7 @@ def test_shipped_sweeps_plan_the_pinned_run_ids(path: Path, native_bf16: bool) -
     and no shipped CPU sweep trains where that rule binds, so none of their ids depends on it."""
     pinned = json.loads(RUN_IDS.read_text())
     assert path.name in pinned, f"{path.name} is not pinned: run --update and commit it"
-    with planning_cpu(native_bf16):
-        assert planned_ids(path) == pinned[path.name]
+    assert planned_ids(path, native_bf16) == pinned[path.name]
 
 
 def test_every_pinned_sweep_is_still_shipped() -> None:

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 # Assumed when the sweep's device is not on this machine and --device-peak is not given.
@@ -61,28 +58,6 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     except OSError:
         return False
     return False
-
-
-_PLANNED_CPU_BF16: ContextVar[bool | None] = ContextVar("planned_cpu_bf16", default=None)
-"""Whether the CPU a plan is for computes bf16 natively; None: this machine's CPU."""
-
-
-@contextmanager
-def planning_cpu(native_bf16: bool) -> Iterator[None]:
-    """Plan as if for a CPU with (or without) native bf16, whatever this machine has: what
-    `precision: auto` resolves to (pipeline.vocab.recipe.resolve_auto) follows it."""
-    token = _PLANNED_CPU_BF16.set(native_bf16)
-    try:
-        yield
-    finally:
-        _PLANNED_CPU_BF16.reset(token)
-
-
-def planned_cpu_bf16() -> bool:
-    """Whether the CPU the plan being made is for has native bf16 (planning_cpu, or this
-    machine's)."""
-    chosen = _PLANNED_CPU_BF16.get()
-    return cpu_has_native_bf16() if chosen is None else chosen
 
 
 def ram_bytes() -> float:

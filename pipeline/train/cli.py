@@ -26,7 +26,7 @@ import torch
 
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
-from pipeline.estimate.device import planned_cpu_bf16
+from pipeline.estimate.device import cpu_has_native_bf16
 from pipeline.train import pick_device
 from pipeline.train.checks import (
     OneLineParser,
@@ -192,7 +192,7 @@ def check_options(args: argparse.Namespace) -> Checked:
     device = check_device(args.device)
     precision, head = resolve_auto(args.precision, args.head_precision, device.type,
                                    args.family, args.d_model,
-                                   cpu_bf16=device.type == "cpu" and planned_cpu_bf16())
+                                   cpu_bf16=device.type == "cpu" and cpu_has_native_bf16())
     bf16 = trained_precision(precision, device.type) == "bf16"
     options = (f"--n-layer {args.n_layer} --d-model {args.d_model} --batch-size "
                f"{args.batch_size} " + (f"--patch-size {args.patch_size}" if images

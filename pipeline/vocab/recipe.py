@@ -164,9 +164,10 @@ def resolve_auto(precision: str, head_precision: str, device_type: str, family: 
     values on a device type: `auto` becomes ("bf16", "fp32") where the rule above binds; a
     run that trains in fp32 gets head_precision "autocast" (the head is fp32 anyway: the same
     computation keeps one id); everything else is kept as given (so every earlier run keeps
-    its id). `cpu_bf16`: whether the CPU the runs train on has native bf16
-    (pipeline.estimate.device.planned_cpu_bf16: the planning machine's unless told otherwise;
-    a sweep for a cluster of other CPUs sets its precision explicitly)."""
+    its id). `cpu_bf16`: whether the CPU the runs train on has native bf16 (an input of the
+    planner, pipeline.grid.expand; the sweep command passes its machine's,
+    pipeline.estimate.device.cpu_has_native_bf16; a sweep for a cluster of other CPUs sets
+    its precision explicitly)."""
     if (precision == "auto" and device_type == "cpu" and cpu_bf16
             and family in AUTO_BF16_FAMILIES and d_model >= AUTO_BF16_MIN_D_MODEL):
         return "bf16", "fp32"

@@ -37,3 +37,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def scratch() -> Path:
     """The session's scratch folder (shared token cache lives under it)."""
     return _SCRATCH
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A token cache of the test module's own (the module asks for it, or for module_cache)."""
+    return tmp_path_factory.mktemp("token-cache")
+
+
+@pytest.fixture
+def module_cache(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """pipeline.data's cache folder ($SCALING_CACHE_DIR) set to the module's ``cache_dir``
+    for one test: a module that builds tokens in a test and in its runs uses one cache."""
+    from pipeline.data import CACHE_ENV
+
+    monkeypatch.setenv(CACHE_ENV, str(cache_dir))
+    return cache_dir
+
+
+@pytest.fixture(scope="module")
+def small_text(cache_dir: Path):
+    """The stdlib corpus' first 300 kB as bytes tokens, in the module's cache: the tokens of
+    the tests that train tiny models in-process."""
+    from pipeline.data import load_data
+    from pipeline.vocab.spec import DataSpec
+
+    return load_data(DataSpec(max_bytes=300_000), cache_dir=str(cache_dir))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pipeline.config import SweepError, parse_sweep
-from pipeline.data import CACHE_ENV, TokenData, load_data
+from pipeline.data import TokenData
 from pipeline.data.masking import (
     IGNORE,
     check_rate,
@@ -44,19 +44,14 @@ from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 DATA = DataSpec(max_bytes=300_000)
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("token-cache")
-
-
 @pytest.fixture(autouse=True)
-def _cache_env(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(cache_dir))
+def _cache_env(module_cache: Path) -> None:
+    """Every test of this module builds its tokens in the module's cache (conftest)."""
 
 
 @pytest.fixture(scope="module")
-def data(cache_dir: Path) -> TokenData:
-    return load_data(DATA, cache_dir=str(cache_dir))
+def data(small_text: TokenData) -> TokenData:
+    return small_text
 
 
 def bert_spec(*, steps: int = 40, mask_rate: float = 0.15, micro: int = 0,

@@ -33,14 +33,8 @@ LN_VOCAB = math.log(256)
 WORDS = ("def", "return", "self", "import", "scaling", "loss", "tokens", "(", ")", ":", "\n")
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("token-cache")
-
-
 @pytest.fixture(autouse=True)
-def _cache_env(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(cache_dir))
+def _cache_env(module_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(FAIL_ENV, raising=False)
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from pipeline import checkpoint
-from pipeline.data import CACHE_ENV, TokenData, load_data
+from pipeline.data import TokenData
 from pipeline.model import Transformer
 from pipeline.train import NullTracker, RunResult, Stopped, make_optimizer, train
 from pipeline.vocab import keys
@@ -30,19 +30,14 @@ DATA = DataSpec(max_bytes=300_000)
 LN_VOCAB = math.log(256)
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("token-cache")
-
-
 @pytest.fixture(autouse=True)
-def _cache_env(cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(CACHE_ENV, str(cache_dir))
+def _cache_env(module_cache: Path) -> None:
+    """Every test of this module builds its tokens in the module's cache (conftest)."""
 
 
 @pytest.fixture(scope="module")
-def data(cache_dir: Path) -> TokenData:
-    return load_data(DATA, cache_dir=str(cache_dir))
+def data(small_text: TokenData) -> TokenData:
+    return small_text
 
 
 def make_spec(family: str = "gpt", *, steps: int = 40, n_layer: int = 1, d_model: int = 32,

@@ -185,7 +185,8 @@ def record_plan(ledger: Ledger, parent_run_id: str, manifest: PlanManifest) -> N
     runs of the plan there before are kept when it was planned from the same file (same
     sweep_sha256): a relaunch of an unchanged file stopped before its held-out step still
     lists them. Never fails the sweep: the runs are what matters; a plan not recorded is said
-    once (readers then fall back on the sweep file)."""
+    once (readers then keep every finished run of the sweep and read C in the
+    convention the runs recorded: analysis.runs.load)."""
     try:
         before = ledger.read_plan(parent_run_id)
         if before is not None and before.sweep_sha256 == manifest.sweep_sha256:

@@ -139,6 +139,7 @@ class LocalCluster:
     def start_head(self) -> None:
         self._spawn("head", [
             _exe("ray"), "start", "--head", "--block", "--port", str(self.gcs_port),
+            "--node-ip-address", "127.0.0.1",
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(self.dashboard_port),
             "--ray-client-server-port", str(_free_port()),
             "--dashboard-agent-listen-port", str(_free_port()),
@@ -157,6 +158,7 @@ class LocalCluster:
         self.worker = f"worker{self.n_workers}"
         self._spawn(self.worker, [
             _exe("ray"), "start", "--block", "--address", f"127.0.0.1:{self.gcs_port}",
+            "--node-ip-address", "127.0.0.1",
             "--dashboard-agent-listen-port", str(_free_port()),
             "--min-worker-port", "0", "--max-worker-port", "0",
             "--num-cpus", "1", "--num-gpus", "1", "--object-store-memory", str(100 * 2**20),

@@ -212,9 +212,8 @@ def _remove_empty(folders: list[Path]) -> None:
 def _no_samples_reason(args: argparse.Namespace, runs) -> str:
     """Why the report has no text samples."""
     if not runs.generates:
-        what = ("a masked language model; it predicts masked tokens from both sides" if
-                runs.masked else "an image classifier")
-        return f"Not applicable: {runs.family()} is {what} and does not generate text."
+        return (f"Not applicable: {runs.family()} is {runs.described} and does not "
+                "generate text.")
     if args.export:
         return "Not available: the report was made from an export, without the checkpoints."
     return "Not available: published data has no checkpoints."

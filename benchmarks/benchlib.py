@@ -31,7 +31,7 @@ import torch
 from pipeline.data import load_data
 from pipeline.train import NullTracker, train
 from pipeline.vocab import flops, keys
-from pipeline.vocab.families import TEXT_FAMILIES, ModelConfig, make_config, model_vocab_size
+from pipeline.vocab.families import ModelConfig, family_names, make_config, model_vocab_size
 from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 # The ladder: about 20k, 100k, 500k and 2M parameters, head_dim 16 (the shape rule's),
@@ -185,9 +185,9 @@ def measure_peak(reps: int = 5) -> Peak:
 
 def ladder_config(family: str, n_layer: int, d_model: int, seq_len: int = SEQ_LEN) -> ModelConfig:
     """A text family's shape on byte tokens (bert: + [MASK]); vit has no token ladder."""
-    if family not in TEXT_FAMILIES:
+    if family not in (text := family_names(images=False)):
         raise SystemExit(f"error: the benchmarks train on text; family {family!r} is not one "
-                         f"of {', '.join(TEXT_FAMILIES)}")
+                         f"of {', '.join(text)}")
     return make_config(family, n_layer, d_model, vocab_size=model_vocab_size(family, 256),
                        seq_len=seq_len, head_dim=16)
 

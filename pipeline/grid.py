@@ -26,14 +26,14 @@ from pipeline.vocab.families import (
     ShapeError,
     ShapeRule,
     data_unit,
+    get_family,
     make_config,
     model_vocab_size,
-    objective,
     shape_for_depth,
     shape_for_size,
     shape_for_width,
 )
-from pipeline.vocab.recipe import AUTO_BF16_FAMILIES, resolve_auto, trained_precision
+from pipeline.vocab.recipe import resolve_auto, trained_precision
 from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 ISOFLOP_TOLERANCE = 0.01
@@ -89,12 +89,13 @@ def _rule(cfg: SweepConfig) -> ShapeRule:
 
 
 def group_problem(cfg: SweepConfig, m: ModelConfig) -> str | None:
-    """Why a LLaMA shape is not of the sweep's family: GQA is a fixed group size, n_heads /
+    """Why a shape is not of the sweep's family, for a family with grouped-query attention
+    (llama: Family.shape_keys has gqa_ratio): GQA is a fixed group size, n_heads /
     n_kv_heads = shape.gqa_ratio at every size. A head count the ratio does not divide would
     take another group (families.kv_heads_for falls back to a divisor: 17 heads -> 1 KV head,
     a ratio of 17), so that shape is left out of the sweep, with this reason."""
     ratio = cfg.shape.gqa_ratio
-    if cfg.family != "llama" or m.n_heads == m.n_kv_heads * ratio:
+    if "gqa_ratio" not in get_family(cfg.family).shape_keys or m.n_heads == m.n_kv_heads * ratio:
         return None
     return (f"n_heads={m.n_heads} is not a multiple of shape.gqa_ratio={ratio} (GQA groups of "
             f"{ratio} query heads per KV head at every size)")
@@ -212,8 +213,9 @@ def _train_spec(cfg: SweepConfig, model: ModelConfig, steps: int, batch: int, se
     t = cfg.train
     recipe = t.scaling_recipe()
     eval_batches = recipe.eval_batches(t.eval_batches, batch)
-    # vit scores its whole validation split (eval_batches is unused), outside eval_budget.
-    evals = (t.evals_per_run if objective(cfg.family) == "classify"
+    # An image family scores its whole validation split (eval_batches is unused), outside
+    # eval_budget.
+    evals = (t.evals_per_run if get_family(cfg.family).objective.images
              else recipe.evals_per_run(t.evals_per_run, steps, eval_batches))
     kind = "cuda" if cfg.resources.num_gpus > 0 else "cpu"
     precision, head_precision = resolve_auto(
@@ -464,7 +466,7 @@ def planned_specs(cfg: SweepConfig, held_out: Iterable[tuple[float, float]] = ()
     held_out = list(held_out)  # read once per kind of CPU
     kinds = [False]
     if (cfg.train.precision == "auto" and cfg.resources.num_gpus == 0
-            and cfg.family in AUTO_BF16_FAMILIES):
+            and get_family(cfg.family).auto_bf16):
         kinds.append(True)
     specs = [s for bf16 in kinds
              for s in _planned_specs(cfg, held_out, sweep_path, vocab_size, bf16)]

@@ -30,7 +30,7 @@ from pipeline.model import Transformer
 from pipeline.train.checks import OneLineParser, OptionError, check_device, device_memory
 from pipeline.train.passes import generate_text
 from pipeline.vocab import flops, keys
-from pipeline.vocab.families import objective
+from pipeline.vocab.families import FAMILY_REGISTRY, get_family
 from pipeline.vocab.spec import STDLIB_CORPORA, RunSpec
 
 TAG_CHECKPOINT_DIR = "checkpoint_dir"
@@ -54,12 +54,11 @@ def sample_text(spec: RunSpec, checkpoint_dir: str | Path, prompt: str, *,
                 top_k: int | None = keys.SAMPLE_TOP_K, top_p: float | None = None,
                 seed: int = keys.SAMPLE_SEED, device: str = "cpu") -> str:
     """The prompt followed by max_new_tokens sampled tokens, decoded to text."""
-    kind = objective(spec.model.family)
-    if kind != "causal":
-        what = ("a masked language model: it predicts masked tokens from both sides"
-                if kind == "masked" else "an image classifier")
-        raise SampleError(f"run {spec.run_id} is of family {spec.model.family!r}, {what}, and "
-                          "does not generate text (sample a gpt or llama run)")
+    kind = get_family(spec.model.family).objective
+    if not kind.generates:
+        able = " or ".join(n for n, f in FAMILY_REGISTRY.items() if f.objective.generates)
+        raise SampleError(f"run {spec.run_id} is of family {spec.model.family!r}, "
+                          f"{kind.described}, and does not generate text (sample a {able} run)")
     _check_fits(spec, torch.device(device))
     state = checkpoint.load_latest(checkpoint_dir, map_location=device)
     if state is None:

@@ -31,15 +31,17 @@ from pipeline.train import objective as obj
 from pipeline.train.cli import main as train_cli
 from pipeline.vocab import keys
 from pipeline.vocab.families import (
-    FAMILIES,
-    FAMILY_OBJECTIVES,
-    TEXT_FAMILIES,
+    FAMILY_REGISTRY,
+    MASKED,
     ShapeError,
+    family_names,
     make_config,
     model_vocab_size,
     with_overrides,
 )
 from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+
+TEXT_FAMILIES = family_names(images=False)
 
 DATA = DataSpec(max_bytes=300_000)
 
@@ -67,8 +69,7 @@ def bert_spec(*, steps: int = 40, mask_rate: float = 0.15, micro: int = 0,
 
 
 def test_every_family_has_an_objective_and_bert_adds_the_mask_token() -> None:
-    assert set(FAMILY_OBJECTIVES) == set(FAMILIES)
-    assert FAMILY_OBJECTIVES["bert"] == "masked"
+    assert FAMILY_REGISTRY["bert"].objective is MASKED
     assert model_vocab_size("bert", 256) == 257
     assert model_vocab_size("gpt", 256) == model_vocab_size("llama", 256) == 256
     cfg = make_config("bert", 2, 32, vocab_size=257, seq_len=16)

@@ -1,11 +1,10 @@
-"""The family registry (pipeline.vocab.families.FAMILY_BUILDERS) is the one list of families: every
+"""The family registry (pipeline.vocab.families.FAMILY_REGISTRY) is the one list of families: every
 registered family builds a shape, a model whose parameter count flops predicts, is accepted by
 the sweep schema, and is offered by the single-run CLI; a name outside it is refused by each."""
 
 from __future__ import annotations
 
 import textwrap
-import typing
 
 import pytest
 import yaml
@@ -14,36 +13,36 @@ from pipeline.config import SweepError, parse_sweep
 from pipeline.train.cli import build_parser
 from pipeline.vocab import flops
 from pipeline.vocab.families import (
-    FAMILIES,
-    FAMILY_BUILDERS,
-    FAMILY_OBJECTIVES,
-    FamilyName,
+    FAMILY_REGISTRY,
+    OBJECTIVES,
     ShapeError,
+    family_names,
     make_config,
-    objective,
 )
 
 
 def _runs_sweep(family: str) -> str:
     image = ({"shape": {"patch_size": 2}, "data": {"corpus": "images:digits"}}
-             if family in FAMILY_OBJECTIVES and objective(family) == "classify" else {})
+             if family in FAMILY_REGISTRY and FAMILY_REGISTRY[family].objective.images
+             else {})
     return yaml.safe_dump({"name": "t", "kind": "runs", "family": family, **image,
                            "runs": [{"n_layer": 1, "d_model": 32, "tokens": 5e5}]})
 
 
 def test_the_names_are_derived_from_the_registry() -> None:
-    assert tuple(FAMILY_BUILDERS) == FAMILIES
-    assert typing.get_args(FamilyName) == FAMILIES
+    assert family_names() == tuple(FAMILY_REGISTRY) == ("gpt", "llama", "bert", "vit")
     family_option = next(a for a in build_parser()._actions if a.dest == "family")
-    assert tuple(family_option.choices) == FAMILIES
+    assert tuple(family_option.choices) == family_names()
+    assert {f.objective.name for f in FAMILY_REGISTRY.values()} == set(OBJECTIVES)
+    assert all(f.name == name for name, f in FAMILY_REGISTRY.items())
 
 
-@pytest.mark.parametrize("family", sorted(FAMILY_BUILDERS))
+@pytest.mark.parametrize("family", sorted(FAMILY_REGISTRY))
 def test_every_registered_family_builds_plans_and_trains(family: str) -> None:
     torch = pytest.importorskip("torch")
     from pipeline.model import build_model
 
-    image = objective(family) == "classify"
+    image = FAMILY_REGISTRY[family].objective.images
     cfg = make_config(family, 2, 32, vocab_size=10 if image else 256, seq_len=16, head_dim=8,
                       **({"image_size": 8, "patch_size": 2, "channels": 1} if image else {}))
     assert cfg.family == family

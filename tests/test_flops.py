@@ -22,10 +22,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from pipeline.model import Transformer
 from pipeline.vocab.families import (
-    TEXT_FAMILIES,
     ModelConfig,
     ShapeError,
     ShapeRule,
+    family_names,
     make_config,
     shape_for_depth,
     with_overrides,
@@ -44,6 +44,8 @@ from pipeline.vocab.flops import (
     training_flops,
 )
 from pipeline.vocab.shapes import nearest_shape
+
+TEXT_FAMILIES = family_names(images=False)
 
 
 def test_accounting_imports_no_torch() -> None:

@@ -21,10 +21,12 @@ from pipeline.data import TokenData
 from pipeline.model import Transformer
 from pipeline.train import NullTracker, RunResult, Stopped, make_optimizer, train
 from pipeline.vocab import keys
-from pipeline.vocab.families import TEXT_FAMILIES, make_config, model_vocab_size
+from pipeline.vocab.families import family_names, make_config, model_vocab_size
 from pipeline.vocab.flops import flops_per_token, params_non_embedding, params_total
 from pipeline.vocab.recipe import lr_at, trained_precision
 from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+
+TEXT_FAMILIES = family_names(images=False)
 
 DATA = DataSpec(max_bytes=300_000)
 LN_VOCAB = math.log(256)

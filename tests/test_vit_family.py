@@ -267,7 +267,7 @@ def test_sweep_files_refuse_bad_image_settings(family: str, shape: str, data: st
     (["--family", "vit", "--patch-size", "3"], "patch_size=3 does not divide image_size=8"),
     (["--family", "vit", "--patch-size", "2", "--corpus", "stdlib"],
      "family 'vit' reads an image corpus"),
-    (["--family", "gpt", "--patch-size", "2"], "--patch-size and --image-size are for family"),
+    (["--family", "gpt", "--patch-size", "2"], "--patch-size and --image-size are for image families (vit)"),
     (["--family", "vit", "--patch-size", "2", "--tokenizer", "bpe", "--seq-len", "64"],
      "--tokenizer and --seq-len: family 'vit' reads images, not text"),
     (["--family", "vit", "--patch-size", "2", "--image-size", "8"],

@@ -94,7 +94,11 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
     if d_model and n_heads and d_model % n_heads == 0 and (d_model // n_heads) % 2 == 0:
         head_dim = d_model // n_heads
     image, geometry = None, {}
-    if families.FAMILY_OBJECTIVES.get(family) == "classify":  # vit: the runs' image geometry
+    try:
+        fam = families.get_family(family)
+    except families.ShapeError as err:  # the runs' family is not registered here
+        return str(err)
+    if fam.objective.images:  # vit: the runs' image geometry
         geometry = {k: _most_common(runs, k) for k in ("image_size", "patch_size", "channels")}
         corpus = _most_common_text(runs, "data_corpus")
         if not all(geometry.values()) or not corpus:
@@ -112,8 +116,7 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
         params_total=n_total, params_non_embedding=flop_counts.params_non_embedding(cfg),
         # 6·N per token; a vit image is `positions` tokens (flops_per_token's 6nd for it).
         tokens=flops / flop_counts.flops_per_token(cfg, "6nd"),
-        tokenizer_vocab=cfg.vocab_size - families.EXTRA_TOKENS.get(
-            families.FAMILY_OBJECTIVES.get(family, "causal"), 0),
+        tokenizer_vocab=cfg.vocab_size - fam.objective.extra_tokens,
         image=image, train_units=_train_units(runs) if image else None,
     )
 

@@ -41,7 +41,7 @@ import pandas as pd
 
 from analysis.errors import DataError
 from pipeline.vocab import keys
-from pipeline.vocab.families import FAMILY_OBJECTIVES
+from pipeline.vocab.families import CAUSAL, FAMILY_REGISTRY, Objective
 from pipeline.vocab.manifest import PlanManifest
 
 REQUIRED = ("run_id", "N", "D", "C", "loss", "budget", "N_kaplan", "C_kaplan", "family")
@@ -138,25 +138,27 @@ class RunsTable:
         return None if fams.empty else str(fams.value_counts().index[0])
 
     @property
-    def objective(self) -> str:
-        """What the runs' family predicts (pipeline.vocab.families.FAMILY_OBJECTIVES): "causal"
-        for text models and for published data, "masked" (bert) or "classify" (vit)."""
-        return FAMILY_OBJECTIVES.get(self.family() or "", "causal")
+    def objective(self) -> Objective:
+        """What the runs' family predicts (its Family in pipeline.vocab.families): the next
+        token (CAUSAL) for text models and for published data, a masked token (bert) or an
+        image's class (vit)."""
+        fam = FAMILY_REGISTRY.get(self.family() or "")
+        return fam.objective if fam is not None else CAUSAL
 
     @property
-    def masked(self) -> bool:
-        """Whether the runs are of a masked-LM family (their loss is per masked token)."""
-        return self.objective == "masked"
+    def described(self) -> str:
+        """What the runs' models are, in words ("a masked language model: ...")."""
+        return self.objective.described
 
     @property
     def generates(self) -> bool:
         """Whether the runs' models generate text (causal LMs: samples can be drawn)."""
-        return self.objective == "causal"
+        return self.objective.generates
 
     @property
     def images(self) -> bool:
         """Whether the runs are of an image family (vit): D counts images, not tokens."""
-        return self.objective == "classify"
+        return self.objective.images
 
     @property
     def tokens_per_unit(self) -> float:
@@ -171,14 +173,12 @@ class RunsTable:
     @property
     def loss_unit(self) -> str:
         """The unit of the final loss: nats per token, per masked token (bert) or per image."""
-        if self.images:
-            return "nats/image"
-        return "nats/masked token" if self.masked else "nats/token"
+        return self.objective.loss_unit
 
     @property
     def data_unit(self) -> str:
         """What D counts: "tokens", or "images" (vit; docs/families.md)."""
-        return "images" if self.images else "tokens"
+        return self.objective.data_unit
 
 
 def runs_from_arrays(

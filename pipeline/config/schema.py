@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from pipeline.config.base import (
     _NO_VALUE,
@@ -27,7 +28,7 @@ from pipeline.config.sections import (
     TrainSection,
 )
 from pipeline.vision.sources import declared_geometry, is_image_corpus
-from pipeline.vocab.families import FamilyName, objective
+from pipeline.vocab.families import DEFAULT_FAMILY, FAMILY_REGISTRY, family_names, get_family
 from pipeline.vocab.flops import CONVENTIONS
 
 SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
@@ -41,7 +42,8 @@ class SweepConfig(Strict):
     """Sweep name = MLflow experiment name = reports/<name>/: letters, digits, _ . -"""
     description: str = ""
     kind: Literal["isoflop", "grid", "runs"]
-    family: FamilyName = "gpt"
+    family: str = DEFAULT_FAMILY
+    """Model family: a name in the family registry (pipeline.vocab.families.FAMILY_REGISTRY)."""
     shape: ShapeSection = ShapeSection()
     data: DataSection = DataSection()
     train: TrainSection = TrainSection()
@@ -51,6 +53,18 @@ class SweepConfig(Strict):
     isoflop: IsoflopSection | None = None
     grid: GridSection | None = None
     runs: Annotated[list[RunEntry], Field(min_length=1)] | None = None
+
+    @field_validator("family")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        """The registry is read when the file is (a family registered at run time counts); the
+        error is pydantic's own for a Literal, so it names the choices and a close one."""
+        if name not in FAMILY_REGISTRY:
+            expected = ", ".join(repr(n) for n in family_names()[:-1])
+            expected = f"{expected} or {family_names()[-1]!r}" if expected else ""
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": expected})
+        return name
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
@@ -67,12 +81,13 @@ class SweepConfig(Strict):
             elif section != self.kind and present:
                 problems.append(((section,), f"section does not belong to kind {self.kind!r}"
                                  f" (kind {section!r} would use it)", _NO_VALUE))
-        if self.family != "llama":
-            problems += [((("shape",) + loc), msg, v) for loc, msg, v in
-                         _unused(self.shape, ("gqa_ratio", "ffn_multiple"),
-                                 f"by family {self.family!r}")]
+        fam = get_family(self.family)
+        # Keys some families read and the others ignore: a given one is a mistake to name.
+        others = {k for f in FAMILY_REGISTRY.values() for k in f.shape_keys} - set(fam.shape_keys)
+        problems += [((("shape",) + loc), msg, v) for loc, msg, v in
+                     _unused(self.shape, tuple(sorted(others)), f"by family {self.family!r}")]
         problems += self._image_problems()
-        if objective(self.family) != "masked":
+        if "mask_rate" not in fam.objective.train_keys:
             problems += self._train_unused(("mask_rate",), f"by family {self.family!r} "
                                            "(mask_rate is for masked LMs)")
         problems += self._shape_problems()
@@ -106,24 +121,26 @@ class SweepConfig(Strict):
         return out
 
     def _image_problems(self) -> list[tuple[tuple[str | int, ...], str, object]]:
-        """vit reads an image corpus with a patch size that divides its images; the text
-        families read text and take no image settings."""
+        """An image family (vit) reads an image corpus with a patch size that divides its
+        images; the text families read text and take no image settings."""
         d, out = self.data, []
-        if objective(self.family) != "classify":
+        if not get_family(self.family).objective.images:
             if is_image_corpus(d.corpus):
+                images = " or ".join(repr(f) for f in family_names(images=True))
                 out.append((("data", "corpus"), f"is an image corpus; family {self.family!r} "
-                            "reads text (images are for family 'vit')", d.corpus))
+                            f"reads text (images are for family {images})", d.corpus))
             out += [(("data",) + loc, msg, v) for loc, msg, v in
                     _unused(d, ("image_size",), f"by family {self.family!r}")]
             out += [(("shape",) + loc, msg, v) for loc, msg, v in
                     _unused(self.shape, ("patch_size",), f"by family {self.family!r}")]
             return out
         if not is_image_corpus(d.corpus):
-            return [(("data", "corpus"), "family 'vit' needs an image corpus: images:digits, "
-                     "images:folder:<path> or images:hf:<dataset>[:<split>]", d.corpus)]
+            return [(("data", "corpus"), f"family {self.family!r} needs an image corpus: "
+                     "images:digits, images:folder:<path> or images:hf:<dataset>[:<split>]",
+                     d.corpus)]
         out += [(("data",) + loc, msg, v) for loc, msg, v in _unused(
             d, ("tokenizer", "bpe_vocab_size", "seq_len", "max_bytes"),
-            "by family 'vit' (images, not text)")]
+            f"by family {self.family!r} (images, not text)")]
         if d.corpus == "images:digits" and d.image_size is not None:
             out.append((("data", "image_size"), "is not used with images:digits (8x8 images, "
                         "not resized); remove it", d.image_size))
@@ -131,17 +148,18 @@ class SweepConfig(Strict):
         if geometry is None:
             out.append((("data", "image_size"), "is required with a folder or Hugging Face "
                         "image corpus (every image is resized to it)", _NO_VALUE))
-        out += self._train_unused(("sampling",), "by family 'vit' (images are drawn without "
-                                  "replacement, a new permutation each epoch)")
-        out += self._train_unused(("eval_batches", "eval_budget"), "by family 'vit' (it "
+        out += self._train_unused(("sampling",), f"by family {self.family!r} (images are "
+                                  "drawn without replacement, a new permutation each epoch)")
+        out += self._train_unused(("eval_batches", "eval_budget"), f"by family {self.family!r} (it "
                                   "scores the whole validation split)")
         if self.resources.workers_per_run > 1:
-            out.append((("resources", "workers_per_run"), "must be 1 with family 'vit' "
+            out.append((("resources", "workers_per_run"), f"must be 1 with family {self.family!r} "
                         "(data-parallel image runs are not supported yet)",
                         self.resources.workers_per_run))
         patch = self.shape.patch_size
         if patch is None:
-            out.append((("shape", "patch_size"), "is required by family 'vit'", _NO_VALUE))
+            out.append((("shape", "patch_size"), f"is required by family {self.family!r}",
+                        _NO_VALUE))
         elif geometry is not None and geometry[0] % patch:
             out.append((("shape", "patch_size"), f"does not divide the image side "
                         f"{geometry[0]} pixels", patch))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from pipeline.vocab import flops
+from pipeline.vocab.families import DEFAULT_FAMILY
 from pipeline.vocab.spec import RunSpec
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -66,13 +67,13 @@ def shape(spec: RunSpec) -> str:
 def run_name(spec: RunSpec) -> str:
     """"C=1.5e11 N=9.5k L1-d16 547101" for an IsoFLOP cell, "D=2.0M N=9.5k L1-d16 547101"
     otherwise: budget (or D), N and shape first, so the runs of one budget sort together and
-    read apart; then the family when not GPT, the seed when not 0, the role when held out,
+    read apart; then the family when not the default (GPT), the seed when not 0, the role when held out,
     and the first 6 characters of run_id, so that names stay unique where runs differ only
     in the recipe (an LR variant) and match the plan's and the ledger's run ids."""
     n = si(flops.params_total(spec.model))
     head = f"C={sci(spec.budget)}" if spec.budget is not None else f"D={si(spec.tokens)}"
     parts = [head, f"N={n}", shape(spec)]
-    if spec.model.family != "gpt":
+    if spec.model.family != DEFAULT_FAMILY:
         parts.append(spec.model.family)
     if spec.train.seed:
         parts.append(f"seed{spec.train.seed}")

@@ -41,13 +41,14 @@ from pipeline.train.checks import (
 from pipeline.vision.sources import declared_classes, declared_geometry, is_image_corpus
 from pipeline.vocab import flops, keys
 from pipeline.vocab.families import (
-    FAMILIES,
+    DEFAULT_FAMILY,
     ModelConfig,
     ShapeError,
     data_unit,
+    family_names,
+    get_family,
     make_config,
     model_vocab_size,
-    objective,
 )
 from pipeline.vocab.recipe import (
     AUTO_BF16_MIN_D_MODEL,
@@ -71,7 +72,7 @@ DESCRIPTION = "Single-run CLI: train one model on the default corpus and log it 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's options; --family offers the family registry's names."""
     p = OneLineParser(prog="python -m pipeline.train", description=DESCRIPTION)
-    p.add_argument("--family", choices=FAMILIES, default="gpt")
+    p.add_argument("--family", choices=family_names(), default=DEFAULT_FAMILY)
     p.add_argument("--n-layer", type=int, default=2)
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--head-dim", type=int, default=16)
@@ -184,7 +185,7 @@ def check_options(args: argparse.Namespace) -> Checked:
     check_threads(args.threads)
     check_experiment(args.experiment, args.checkpoint_dir)
     data_spec = _data_spec(args)
-    images = objective(args.family) == "classify"
+    images = get_family(args.family).objective.images
     seq_len = 1 if images else (TEXT_SEQ_LEN if args.seq_len is None else args.seq_len)
     units = args.tokens if args.tokens is not None else (IMAGES if images else TEXT_TOKENS)
     steps = check_steps(units, args.batch_size * seq_len, data_unit(args.family),
@@ -216,7 +217,7 @@ def _provisional_config(args: argparse.Namespace, data: DataSpec,
     the data says (a chars vocabulary, a folder's classes); None where the image geometry
     is not known before the data (a folder or dataset without --image-size)."""
     image = {}
-    if objective(args.family) == "classify":
+    if get_family(args.family).objective.images:
         geometry = declared_geometry(data.corpus, data.image_size)
         if geometry is None:
             return None
@@ -239,26 +240,27 @@ def _check_evals(args: argparse.Namespace) -> None:
         return
     if not 0.0 < args.eval_budget <= 1.0:
         raise ValueError(f"--eval-budget must be in (0, 1], got {args.eval_budget}")
-    if objective(args.family) == "classify":
+    if get_family(args.family).objective.images:
         raise ValueError(f"--eval-budget: family {args.family!r} scores its whole validation "
                          "split at each evaluation; set --evals instead")
 
 
 def _data_spec(args: argparse.Namespace) -> DataSpec:
     """The data options, checked against the family: vit reads images, the others text."""
-    images = objective(args.family) == "classify"
+    images = get_family(args.family).objective.images
     corpus = args.corpus or ("images:digits" if images else DataSpec().corpus)
     if images != is_image_corpus(corpus):
         raise ValueError(f"--corpus {corpus!r}: family {args.family!r} reads "
                          f"{'an image corpus (images:...)' if images else 'text'}")
     if images and args.patch_size is None:
-        raise ValueError("--patch-size is required by family 'vit'")
+        raise ValueError(f"--patch-size is required by family {args.family!r}")
     if not images and (args.patch_size is not None or args.image_size is not None):
-        raise ValueError(f"--patch-size and --image-size are for family 'vit', not "
-                         f"{args.family!r}")
+        raise ValueError(f"--patch-size and --image-size are for image families "
+                         f"({', '.join(family_names(images=True))}), not {args.family!r}")
     if images and (given := [f for f, v in (("--tokenizer", args.tokenizer),
                                              ("--seq-len", args.seq_len)) if v is not None]):
-        raise ValueError(f"{' and '.join(given)}: family 'vit' reads images, not text")
+        raise ValueError(f"{' and '.join(given)}: family {args.family!r} reads images, "
+                         "not text")
     if images and corpus == "images:digits" and args.image_size is not None:
         raise ValueError("--image-size: images:digits are 8x8 and not resized")
     return DataSpec(corpus=corpus, tokenizer=args.tokenizer or DataSpec().tokenizer,
@@ -270,7 +272,7 @@ def _mask_rate(args: argparse.Namespace) -> float:
     """--mask-rate, checked: in (0, 1), and only for a masked-LM family."""
     if args.mask_rate is None:
         return DEFAULT_RATE
-    if objective(args.family) != "masked":
+    if "mask_rate" not in get_family(args.family).objective.train_keys:
         raise ValueError(f"--mask-rate {args.mask_rate} is for masked-LM families; family "
                          f"{args.family!r} predicts every next token")
     check_rate(args.mask_rate)

@@ -1,4 +1,4 @@
-"""The batches and loss weights of a family's objective (pipeline.vocab.families.FAMILY_OBJECTIVES).
+"""The batches and loss weights of a family's objective (pipeline.vocab.families.OBJECTIVES).
 
 causal    (x, y): windows and the same windows shifted by one token; every position a target.
 masked    (inputs, targets): windows with BERT's masking (pipeline.data.masking); targets are
@@ -24,18 +24,23 @@ from pipeline.data import TokenData, eval_batches, get_batch
 from pipeline.data.batches import _to_device
 from pipeline.data.masking import IGNORE, eval_rng, mask_windows, train_rng
 from pipeline.vision.data import image_batch, val_batches
-from pipeline.vocab.families import objective
+from pipeline.vocab.families import CLASSIFY, MASKED, Objective, get_family
 from pipeline.vocab.spec import RunSpec
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+def objective_of(spec: RunSpec) -> Objective:
+    """The objective of the run's family (its Family in the registry)."""
+    return get_family(spec.model.family).objective
+
+
 def is_masked(spec: RunSpec) -> bool:
-    return objective(spec.model.family) == "masked"
+    return objective_of(spec) is MASKED
 
 
 def is_classify(spec: RunSpec) -> bool:
-    return objective(spec.model.family) == "classify"
+    return objective_of(spec) is CLASSIFY
 
 
 def train_batch(spec: RunSpec, data: TokenData, step: int, device: torch.device) -> Batch:

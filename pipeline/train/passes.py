@@ -10,7 +10,7 @@ import torch
 
 from pipeline.train.objective import eval_weights, is_masked, target_count
 from pipeline.vocab import keys
-from pipeline.vocab.families import objective
+from pipeline.vocab.families import get_family
 from pipeline.vocab.recipe import trained_precision
 from pipeline.vocab.spec import RunSpec
 
@@ -94,7 +94,7 @@ def sample_tags(spec: RunSpec, model: torch.nn.Module, data, device: torch.devic
     or a classifier (they do not generate) and for a data-parallel run (its weights may be
     sharded; the report samples its checkpoint instead). ~0.1-1 s at this project's CPU
     sizes: 200 forward passes of at most seq_len tokens."""
-    if objective(spec.model.family) != "causal" or workers > 1:
+    if not get_family(spec.model.family).objective.generates or workers > 1:
         return {}
     text = generate_text(model, data.tokenizer(), keys.SAMPLE_PROMPT,
                          max_new_tokens=keys.SAMPLE_NEW_TOKENS, device=device)

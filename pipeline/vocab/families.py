@@ -16,7 +16,7 @@ Families (docs/sweeps.md, "shape"; Radford et al. 2019 and Touvron et al. 2023):
          [CLS] token, learned positions, GPT's pre-norm blocks without a mask, a linear
          classifier on the [CLS] state (pipeline.vision).
 
-Objectives (FAMILY_OBJECTIVES): "causal" families predict the next token at every position;
+Objectives (OBJECTIVES, one per Family): "causal" families predict the next token at every position;
 the "masked" family predicts the original token at the masked positions only, so its loss is
 nats per masked token and it cannot generate text (pipeline.sample refuses it); "classify"
 (vit) predicts an image's class, its loss in nats per image.
@@ -60,7 +60,7 @@ class ModelConfig:
     """A fully resolved Transformer shape. Every field is explicit so run_ids are stable."""
 
     family: str
-    """Model family name: a key of FAMILY_BUILDERS ("gpt", "llama", "bert")."""
+    """Model family name: a key of FAMILY_REGISTRY ("gpt", "llama", "bert", "vit", ...)."""
     vocab_size: int
     """Number of token ids (256 for the byte tokenizer)."""
     seq_len: int
@@ -128,8 +128,7 @@ class ModelConfig:
 
 def validate(cfg: ModelConfig) -> None:
     """Raise ShapeError naming the values when a shape cannot be built. Never mutates."""
-    if cfg.family not in FAMILIES:
-        raise ShapeError(f"unknown family {cfg.family!r}; known: {', '.join(FAMILIES)}")
+    kind = get_family(cfg.family).objective
     for name in ("vocab_size", "seq_len", "n_layer", "d_model", "n_heads", "n_kv_heads", "d_ff"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -149,19 +148,21 @@ def validate(cfg: ModelConfig) -> None:
         )
     if not 0.0 <= cfg.dropout < 1.0:
         raise ShapeError(f"dropout must be in [0, 1), got {cfg.dropout!r}")
-    if FAMILY_OBJECTIVES[cfg.family] == "masked" and cfg.causal:
+    if kind is MASKED and cfg.causal:
         raise ShapeError(f"family {cfg.family!r} is a masked-LM encoder: causal must be False")
-    _validate_image(cfg)
+    _validate_image(cfg, kind)
 
 
-def _validate_image(cfg: ModelConfig) -> None:
-    """vit needs the image geometry (and a seq_len of 1 image); text families have none."""
+def _validate_image(cfg: ModelConfig, kind: Objective) -> None:
+    """An image family needs the image geometry (and a seq_len of 1 image); text families
+    have none."""
     geometry = {"image_size": cfg.image_size, "patch_size": cfg.patch_size,
                 "channels": cfg.channels}
-    if FAMILY_OBJECTIVES[cfg.family] != "classify":
+    if not kind.images:
         if given := {k: v for k, v in geometry.items() if v}:
             raise ShapeError(f"family {cfg.family!r} takes text, not images: "
-                             f"{', '.join(f'{k}={v}' for k, v in given.items())} is for vit")
+                             f"{', '.join(f'{k}={v}' for k, v in given.items())} is for "
+                             f"{_image_families()}")
         return
     for name, value in geometry.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -255,8 +256,7 @@ def make_config(
     """A family's shape from explicit (n_layer, d_model); heads and MLP width follow the rule.
     causal: None takes the family's own (True for the causal families, False for bert and
     vit). vit: the image geometry; its seq_len is then 1 whatever is given (one image)."""
-    if family not in FAMILIES:
-        raise ShapeError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    fam = get_family(family)
     if n_heads is None:
         if d_model % head_dim:
             raise ShapeError(f"d_model={d_model} is not divisible by head_dim={head_dim}")
@@ -264,16 +264,14 @@ def make_config(
     common = dict(n_layer=n_layer, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
                   d_ff=d_ff, vocab_size=vocab_size, gqa_ratio=gqa_ratio,
                   ffn_multiple=ffn_multiple, dropout=dropout)
-    if objective(family) == "classify":
-        return FAMILY_BUILDERS[family](**common, seq_len=1, causal=bool(causal),
-                                       image_size=image_size, patch_size=patch_size,
-                                       channels=channels)
+    if fam.objective.images:
+        return fam.build(**common, seq_len=1, causal=bool(causal), image_size=image_size,
+                         patch_size=patch_size, channels=channels)
     if image_size or patch_size or channels:
         raise ShapeError(f"family {family!r} takes text, not images: image_size, patch_size "
-                         "and channels are for vit")
-    return FAMILY_BUILDERS[family](
-        **common, seq_len=seq_len,
-        causal=objective(family) == "causal" if causal is None else causal)
+                         f"and channels are for {_image_families()}")
+    return fam.build(**common, seq_len=seq_len,
+                     causal=fam.objective.causal if causal is None else causal)
 
 
 def _gpt(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d_ff: int | None,
@@ -333,47 +331,133 @@ def _vit(*, n_layer: int, d_model: int, n_heads: int, n_kv_heads: int | None, d_
                    patch_size=patch_size, channels=channels)
 
 
-FAMILY_BUILDERS: dict[str, Callable[..., ModelConfig]] = {
-    "gpt": _gpt, "llama": _llama, "bert": _bert, "vit": _vit}
-"""The family registry (as torchtitan's model_registry, litgpt's name_to_config): name -> the
-builder of its shapes from (n_layer, d_model) and the rule's knobs. The sweep schema's family
-type (pipeline.config), the CLI's --family choices and make_config all read it: a new family
-is one builder added here (and its layers in pipeline.model)."""
-FAMILIES: tuple[str, ...] = tuple(FAMILY_BUILDERS)
-"""The registry's names, in order (error messages, tests, --family choices)."""
-FamilyName = Literal[FAMILIES]  # type: ignore[valid-type]
-"""The sweep schema's family type: a Literal of the registry's names."""
+@dataclass(frozen=True)
+class Objective:
+    """What a family is trained to predict, and every choice that follows from it. The
+    trainer's batches and loss weights for each are in pipeline.train.objective, by name."""
 
-Objective = Literal["causal", "masked", "classify"]
-FAMILY_OBJECTIVES: dict[str, Objective] = {
-    "gpt": "causal", "llama": "causal", "bert": "masked", "vit": "classify"}
-"""What each family is trained to predict: the next token ("causal") or the masked tokens
-("masked", BERT's MLM objective) or the image's class ("classify"). One entry per registered
-family (tests check it)."""
-
-TEXT_FAMILIES: tuple[str, ...] = tuple(f for f in FAMILIES if FAMILY_OBJECTIVES[f] != "classify")
-"""The families that read token windows (every one but vit)."""
-
-EXTRA_TOKENS: dict[str, int] = {"masked": 1}
-"""Token ids an objective adds after the tokenizer's: masked LM adds [MASK]."""
-
-
-def objective(family: str) -> Objective:
-    """The family's training objective (FAMILY_OBJECTIVES), ShapeError for unknown names."""
-    if family not in FAMILY_OBJECTIVES:
-        raise ShapeError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
-    return FAMILY_OBJECTIVES[family]
+    name: str
+    """"causal", "masked" or "classify": the key of the trainer's batches and loss weights."""
+    data_unit: str
+    """What D counts: "tokens" (text windows) or "images" (one image per sample, seq_len 1)."""
+    loss_unit: str
+    """The unit of the validation loss, as reports print it."""
+    extra_tokens: int
+    """Token ids the objective adds after the tokenizer's (masked LM: [MASK])."""
+    causal: bool
+    """Whether its attention is causal when the family's builder is not told otherwise."""
+    generates: bool
+    """Whether its models continue text (pipeline.sample, the runs' sample tags)."""
+    images: bool
+    """Whether it reads images (an image corpus, image geometry in the shape), not text."""
+    described: str
+    """What a model of it is, in words (errors say it, e.g. why it cannot be sampled)."""
+    train_keys: tuple[str, ...] = ()
+    """Recipe keys only this objective reads; the sweep schema rejects them for the others."""
 
 
-def data_unit(family: str) -> str:
+CAUSAL = Objective("causal", "tokens", "nats/token", 0, causal=True, generates=True,
+                   images=False, described="a causal language model")
+"""Predict the next token at every position (gpt, llama)."""
+MASKED = Objective("masked", "tokens", "nats/masked token", 1, causal=False, generates=False,
+                   images=False, train_keys=("mask_rate",),
+                   described="a masked language model: it predicts masked tokens from both "
+                             "sides")
+"""Predict the original token at the masked positions only (BERT's MLM objective); the
+loss is nats per masked token, and the vocabulary is one [MASK] id larger (model_vocab_size)."""
+CLASSIFY = Objective("classify", "images", "nats/image", 0, causal=False, generates=False,
+                     images=True, described="an image classifier")
+"""Predict an image's class (vit); the loss is nats per image."""
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (CAUSAL, MASKED, CLASSIFY)}
+"""Every objective the trainer implements (pipeline.train.objective has one branch each)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: everything the planner, the trainer and the analysis need to know of
+    it, in one object registered once (register). The layers themselves are generic
+    (pipeline.model builds any ModelConfig), so a family that composes them needs nothing
+    else; its objective is one of OBJECTIVES."""
+
+    name: str
+    """Its name in sweep files (`family:`), run specs, the ledger and `--family`."""
+    build: Callable[..., ModelConfig]
+    """Its shape from (n_layer, d_model, ...) and the rule's knobs (make_config's keywords)."""
+    objective: Objective
+    """What it is trained to predict."""
+    about: str
+    """One line on what it is, with its source (docs, `--family` help)."""
+    shape_keys: tuple[str, ...] = ()
+    """Shape-rule keys only it reads (llama: gqa_ratio, ffn_multiple); the sweep schema
+    rejects them for the families that do not."""
+    auto_bf16: bool = False
+    """Whether `precision: auto` may train it in bf16 on a CPU with native bf16 instructions
+    (pipeline.vocab.recipe.resolve_auto): only where bf16's loss was measured equivalent."""
+
+
+FAMILY_REGISTRY: dict[str, Family] = {f.name: f for f in (
+    Family("gpt", _gpt, CAUSAL, "GPT-2 / nanoGPT (Radford et al. 2019)", auto_bf16=True),
+    Family("llama", _llama, CAUSAL, "LLaMA (Touvron et al. 2023)",
+           shape_keys=("gqa_ratio", "ffn_multiple")),
+    Family("bert", _bert, MASKED, "BERT's masked-LM encoder (Devlin et al. 2019)"),
+    Family("vit", _vit, CLASSIFY, "Vision Transformer (Dosovitskiy et al. 2021)"),
+)}
+"""The family registry (as torchtitan's model_registry, litgpt's name_to_config): name ->
+Family. The sweep schema's family check, the CLI's --family choices, make_config, the
+trainer's batches and the analysis's units all read it: a new family is one Family given to
+register (tests/test_toy_family.py runs one through plan, train, ledger and fit)."""
+
+
+DEFAULT_FAMILY = "gpt"
+"""The family of a sweep file without `family:` and of `python -m pipeline.train`; run names
+leave it out."""
+
+
+def register(new: Family) -> None:
+    """Add a family to the registry; ValueError for a name that is taken or not a plain name
+    (it names run specs and sweep files), or an objective the trainer does not implement."""
+    if not new.name.isidentifier():
+        raise ValueError(f"family name {new.name!r} is not a plain name (letters, digits, _)")
+    if new.name in FAMILY_REGISTRY:
+        raise ValueError(f"family {new.name!r} is already registered")
+    if OBJECTIVES.get(new.objective.name) != new.objective:
+        raise ValueError(f"family {new.name!r}: objective {new.objective.name!r} is not one of "
+                         f"{', '.join(OBJECTIVES)}")
+    FAMILY_REGISTRY[new.name] = new
+
+
+def unregister(name: str) -> None:
+    """Remove a family registered with register (tests register toy families)."""
+    del FAMILY_REGISTRY[name]
+
+
+def family_names(*, images: bool | None = None) -> tuple[str, ...]:
+    """The registered names, in order; images=False: the text families, True: the image ones."""
+    return tuple(n for n, f in FAMILY_REGISTRY.items()
+                 if images is None or f.objective.images == images)
+
+
+def get_family(name: str) -> Family:
+    """The registered family of that name; ShapeError naming the known ones otherwise."""
+    if name not in FAMILY_REGISTRY:
+        raise ShapeError(f"unknown family {name!r}; known: {', '.join(FAMILY_REGISTRY)}")
+    return FAMILY_REGISTRY[name]
+
+
+def _image_families() -> str:
+    """The image families' names, for errors ("is for vit")."""
+    return " or ".join(family_names(images=True)) or "an image family"
+
+
+def data_unit(name: str) -> str:
     """What D counts for the family: "images" (vit: seq_len 1 image per sample) or "tokens"."""
-    return "images" if objective(family) == "classify" else "tokens"
+    return get_family(name).objective.data_unit
 
 
-def model_vocab_size(family: str, tokenizer_vocab: int) -> int:
+def model_vocab_size(name: str, tokenizer_vocab: int) -> int:
     """The model's vocabulary: the tokenizer's ids, then the objective's own tokens (the
     masked family's [MASK] is id tokenizer_vocab, so no text ever encodes to it)."""
-    return tokenizer_vocab + EXTRA_TOKENS.get(objective(family), 0)
+    return tokenizer_vocab + get_family(name).objective.extra_tokens
 
 
 def shape_for_depth(

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pipeline.vocab.families import get_family
+
 if TYPE_CHECKING:
     from pipeline.vocab.spec import RunSpec
 
@@ -152,10 +154,10 @@ def lr_at(step: int, spec: RunSpec) -> float:
 #   before those runs (2026-12-06);
 # - native bf16 instructions (avx512_bf16 or amx_bf16): without them bf16 is emulated and
 #   slower than fp32.
-# Only GPT was measured, so only GPT is resolved; other families stay fp32 on CPUs.
+# Only GPT was measured, so only GPT is resolved (its Family.auto_bf16); other families stay
+# fp32 on CPUs.
 AUTO_BF16_MIN_D_MODEL = 128
 """auto trains in bf16 (head in fp32) on a CPU with native bf16 from this width (GPT)."""
-AUTO_BF16_FAMILIES = ("gpt",)
 
 
 def resolve_auto(precision: str, head_precision: str, device_type: str, family: str,
@@ -169,7 +171,7 @@ def resolve_auto(precision: str, head_precision: str, device_type: str, family: 
     pipeline.estimate.device.cpu_has_native_bf16; a sweep for a cluster of other CPUs sets
     its precision explicitly)."""
     if (precision == "auto" and device_type == "cpu" and cpu_bf16
-            and family in AUTO_BF16_FAMILIES and d_model >= AUTO_BF16_MIN_D_MODEL):
+            and get_family(family).auto_bf16 and d_model >= AUTO_BF16_MIN_D_MODEL):
         return "bf16", "fp32"
     if trained_precision(precision, device_type) == "fp32":
         return precision, "autocast"

@@ -33,3 +33,19 @@ def test_the_regenerate_command_holds_no_absolute_path(monkeypatch):
     command = regenerate_command(args)
     assert not ABSOLUTE.search(command), command
     assert "--sweep-file sweeps/chinchilla.yaml --out reports/chinchilla" in command
+
+
+def test_the_arithmetic_is_recorded_and_a_report_made_on_another_is_made_again(monkeypatch):
+    """The bootstrap intervals of the iterative fits move with the BLAS kernels (provenance.
+    arithmetic): the report names them, and the reuse key changes with them."""
+    from analysis.reporting import provenance, reuse
+
+    here = provenance.arithmetic()
+    assert set(here) == {"blas", "numpy_simd"}
+    assert "kernels" in here["blas"] and here["numpy_simd"].startswith("baseline ")
+    export = {"runs": [], "curves": []}
+    key = reuse.report_key(export, sweep_text="x", options={}, code="c")
+    assert reuse.report_key(export, sweep_text="x", options={}, code="c") == key
+    monkeypatch.setattr(reuse, "arithmetic",
+                        lambda: {**here, "blas": "openblas 0.3.31 SkylakeX kernels"})
+    assert reuse.report_key(export, sweep_text="x", options={}, code="c") != key

@@ -84,6 +84,38 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def arithmetic() -> dict[str, str]:
+    """What decides the last bits of a fit's floating-point results here: the BLAS kernels
+    (OpenBLAS picks them by CPU at load) and numpy's SIMD level.
+
+    Why it is recorded: the bootstrap refits of the iterative laws stop where those bits put
+    them, and these laws have flat directions, so the ends of their intervals move by a few
+    percent from one arithmetic to another while every full-data estimate agrees to ~1e-11.
+    Measured on reports/bert_chinchilla (2026-12-07, one commit, one export): OpenBLAS's
+    Haswell kernels against its Sandybridge ones moved 124 of fit.json's 592 values, e.g.
+    kaplan_joint's interval of a from [0.00830, 0.01651] to [0.00723, ...]; `--jobs` and
+    numpy's own SIMD level below X86_V3 moved none. A report regenerates with the same numbers
+    on the same arithmetic only."""
+    import numpy as np
+    import scipy.linalg  # noqa: F401 - scipy's own BLAS, when it has one, is loaded too
+
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = sorted({f"{i.get('internal_api', '?')} {i.get('version', '?')} "
+                       f"{i.get('architecture', '?')} kernels"
+                       for i in threadpool_info() if i.get("user_api") == "blas"})
+    except Exception:  # a probe: a word, never a failure (module docstring)
+        blas = []
+    try:
+        simd = np.show_config(mode="dicts").get("SIMD Extensions", {})
+        numpy_simd = (f"baseline {'+'.join(simd.get('baseline', [])) or 'none'}, "
+                      f"found {'+'.join(simd.get('found', [])) or 'none'}")
+    except Exception:  # as above
+        numpy_simd = "unknown"
+    return {"blas": "; ".join(blas) or "unknown", "numpy_simd": numpy_simd}
+
+
 def machine() -> str:
     return (f"{platform.platform()}, {platform.machine()}, {os.cpu_count()} CPUs "
             f"(nproc), host {platform.node()}")
@@ -158,6 +190,9 @@ def provenance_lines(runs: RunsTable, *, sweep_file: Path | None,
     lines += data_lines(runs)
     lines.append("packages: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
     lines.append(f"machine: {machine()}")
+    lines.append("arithmetic: " + ", ".join(f"{k} {v}" for k, v in arithmetic().items())
+                 + " (intervals of iterative fits move with it: "
+                 "analysis.reporting.provenance.arithmetic)")
     stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S %Z")
     lines.append(f"date: {stamp}")
     lines.append(f"python: {platform.python_implementation()} {platform.python_version()}")

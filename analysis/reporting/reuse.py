@@ -11,7 +11,10 @@ sha256 of them and keeps the folder when it holds a complete report made from th
 - the options that change the report's content: bootstrap resamples, seed, sample prompt;
 - the code: every .py file of analysis/ and pipeline/ (path and bytes), so an edited fit or
   figure remakes the report whether or not it was committed;
-- Python's and the numerical packages' versions (analysis.reporting.provenance.PACKAGES).
+- Python's and the numerical packages' versions (analysis.reporting.provenance.PACKAGES);
+- the arithmetic: the BLAS kernels and numpy's SIMD level (provenance.arithmetic), since the
+  bootstrap intervals of the iterative fits move with them: a report made on another CPU is
+  made again here, not kept as if it were this machine's.
 
 Not the number of processes (`--jobs`): the bootstrap draws the same resamples and gives the
 same intervals with any number. The key is written last into the staged folder
@@ -25,7 +28,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from analysis.reporting.provenance import PACKAGE_ROOT, package_versions
+from analysis.reporting.provenance import PACKAGE_ROOT, arithmetic, package_versions
 
 KEY_FILE = "inputs.sha256"
 """The report folder's record of the key it was made from (one line: the hex digest, then
@@ -53,7 +56,7 @@ def report_key(export: dict, *, sweep_text: str | None, options: dict[str, objec
     object (analysis.runs.export.to_json_dict); ``options`` the content-changing options."""
     inputs = {"runs": export, "sweep_file": sweep_text, "options": options,
               "code": code if code is not None else code_digest(),
-              "packages": package_versions()}
+              "packages": package_versions(), "arithmetic": arithmetic()}
     text = json.dumps(inputs, sort_keys=True, allow_nan=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -61,7 +64,8 @@ def report_key(export: dict, *, sweep_text: str | None, options: dict[str, objec
 def write_key(folder: Path, key: str) -> None:
     (folder / KEY_FILE).write_text(
         f"{key}  sha256 of this report's inputs: runs, curves, sweep file, options "
-        f"(bootstrap, seed, prompt), code ({', '.join(CODE_FOLDERS)}), package versions\n",
+        f"(bootstrap, seed, prompt), code ({', '.join(CODE_FOLDERS)}), package versions, "
+        "arithmetic (BLAS kernels, numpy SIMD)\n",
         encoding="utf-8")
 
 

@@ -24,16 +24,13 @@ from pipeline.vocab import flops
 from pipeline.vocab.families import (
     ModelConfig,
     ShapeError,
-    ShapeRule,
     data_unit,
     get_family,
     make_config,
     model_vocab_size,
-    shape_for_depth,
-    shape_for_size,
-    shape_for_width,
 )
 from pipeline.vocab.recipe import resolve_auto, trained_precision
+from pipeline.vocab.shapes import ShapeRule, shape_for_depth, shape_for_size, shape_for_width
 from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 
 ISOFLOP_TOLERANCE = 0.01

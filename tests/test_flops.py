@@ -24,10 +24,8 @@ from pipeline.model import Transformer
 from pipeline.vocab.families import (
     ModelConfig,
     ShapeError,
-    ShapeRule,
     family_names,
     make_config,
-    shape_for_depth,
     with_overrides,
 )
 from pipeline.vocab.flops import (
@@ -43,7 +41,7 @@ from pipeline.vocab.flops import (
     tokens_for_budget,
     training_flops,
 )
-from pipeline.vocab.shapes import nearest_shape
+from pipeline.vocab.shapes import ShapeRule, nearest_shape, shape_for_depth
 
 TEXT_FAMILIES = family_names(images=False)
 

@@ -105,7 +105,7 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
             return "the runs do not record their image size, patch size and corpus"
         image = (corpus, int(geometry["patch_size"]))
     try:
-        rule = families.ShapeRule(head_dim=head_dim, **geometry)
+        rule = shapes.ShapeRule(head_dim=head_dim, **geometry)
         cfg = shapes.nearest_shape(family, n_target, rule, vocab_size=vocab, seq_len=seq_len)
     except families.ShapeError as err:
         return str(err)

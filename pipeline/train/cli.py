@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from pipeline.config import TrainSection
 from pipeline.data import load_data
 from pipeline.data.masking import DEFAULT_RATE, check_rate
 from pipeline.estimate.device import cpu_has_native_bf16
@@ -62,6 +63,8 @@ from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
 if TYPE_CHECKING:
     from pipeline.tracking import Ledger, TrialRecord
 
+RECIPE = TrainSection().scaling_recipe()
+"""A sweep's default recipe (the schema's train section): the CLI's batch, LR and warmup."""
 TEXT_TOKENS, IMAGES = 2e6, 2e4
 """Default D of a run: tokens (text), images (vit: ~14 passes over the digits' 1,438)."""
 TEXT_SEQ_LEN = 128
@@ -81,9 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"images (default {IMAGES:g})")
     p.add_argument("--seq-len", type=int, default=None,
                    help=f"text families (default {TEXT_SEQ_LEN})")
-    p.add_argument("--batch-size", type=int, default=16, help="sequences per step")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    p.add_argument("--warmup-steps", type=int, default=None, help="default: 5%% of steps")
+    p.add_argument("--batch-size", type=int, default=RECIPE.batch_size,
+                   help="sequences per step (default %(default)s: a sweep's)")
+    p.add_argument("--lr", type=float, default=TrainSection.model_fields["lr"].default,
+                   help="peak learning rate (default %(default)s: a sweep's)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help=f"default: a sweep's rule, {RECIPE.warmup_fraction * 100:g}%% of the steps")
     p.add_argument("--schedule", choices=["cosine", "wsd", "constant"], default="cosine")
     p.add_argument("--mask-rate", type=float, default=None,
                    help=f"masked-LM families (bert): share of positions predicted "
@@ -140,7 +146,7 @@ def spec_from_args(args: argparse.Namespace) -> RunSpec:
     # Again with the data's own vocabulary and images (a chars or folder corpus's are only
     # known now), still before any model is built.
     check_memory(cfg, args.batch_size, plan.bf16, plan.device, plan.memory_options)
-    warmup = plan.steps // 20 if args.warmup_steps is None else args.warmup_steps
+    warmup = RECIPE.warmup_steps(plan.steps) if args.warmup_steps is None else args.warmup_steps
     eval_batches = TrainSpec().eval_batches
     budget = ScalingRecipe.eval_budget if args.eval_budget is None else args.eval_budget
     evals = (args.evals if image else ScalingRecipe(eval_budget=budget)

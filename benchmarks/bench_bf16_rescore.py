@@ -24,7 +24,7 @@ SWEEP = Path(__file__).resolve().parents[1] / "sweeps" / "bf16_parity_cli.yaml"
 
 def spec_of(precision: str, seed: int):
     from pipeline.config import load_sweep
-    from pipeline.grid import expand
+    from pipeline.planner import expand
 
     plan = expand(load_sweep(SWEEP))
     return next(s for s in plan.specs

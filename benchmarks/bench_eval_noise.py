@@ -36,7 +36,7 @@ SWEEP = Path(__file__).resolve().parents[1] / "sweeps" / "chinchilla.yaml"
 def spec_of(budget: float, size: int, seed: int):
     """The sweep's run of this budget, size (0 = smallest) and seed."""
     from pipeline.config import load_sweep
-    from pipeline.grid import expand
+    from pipeline.planner import expand
     from pipeline.vocab.flops import params_total
 
     plan = expand(load_sweep(SWEEP), str(SWEEP))

@@ -3,7 +3,7 @@
     python benchmarks/bench_growth.py                # ~3-4 minutes on 2 cores
 
 1. Plan: a grid sweep file of 5,000 runs (25 depths x 40 token counts x 5 seeds) through
-   pipeline.config.parse_sweep + pipeline.grid.expand (target: under 10 s), and the CLI's
+   pipeline.config.parse_sweep + pipeline.planner.expand (target: under 10 s), and the CLI's
    dry run (`python -m pipeline.sweep FILE --dry-run --no-estimate`, imports and the printed
    table included).
 2. Ledger: synthetic finished runs written into a temporary sqlite MLflow store with
@@ -50,7 +50,7 @@ def grid_text() -> str:
 
 def time_plan(tmp: str) -> list[dict]:
     from pipeline.config import parse_sweep
-    from pipeline.grid import expand
+    from pipeline.planner import expand
 
     text = grid_text()
     t0 = time.perf_counter()

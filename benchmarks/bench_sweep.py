@@ -4,7 +4,7 @@
     python benchmarks/bench_sweep.py --sweep-file sweeps/quickstart.yaml   # ~10 minutes
 
 A small plan is built in code (an IsoFLOP sweep file parsed with pipeline.config.parse_sweep,
-expanded with pipeline.grid.expand: one budget, 4 gpt shapes, ~10 s of CPU each, the default
+expanded with pipeline.planner.expand: one budget, 4 gpt shapes, ~10 s of CPU each, the default
 recipe: 8 evaluations plus the final one), or with --sweep-file a shipped sweep's own plan
 (its main runs; issue 21's target is stated on the quickstart's). The same RunSpecs run
   (a) in a loop of pipeline.train.train(spec, NullTracker()) in one process, and
@@ -61,7 +61,7 @@ isoflop:
 
 def plan(budget: float, sweep_file: str | None = None):
     from pipeline.config import load_sweep, parse_sweep
-    from pipeline.grid import expand
+    from pipeline.planner import expand
 
     if sweep_file:
         cfg = load_sweep(sweep_file)

@@ -7,10 +7,10 @@
 Why: the GPU machine lent to some sessions has torch but neither Ray nor MLflow, and nothing
 can be installed there beyond a few small wheels (pydantic). `pipeline.sweep` is the tool on
 any machine that has them; this script is for the other case, and keeps everything that
-decides a result the same: the plan is `pipeline.grid.expand` of the sweep file (same run ids,
+decides a result the same: the plan is `pipeline.planner.expand` of the sweep file (same run ids,
 shapes, steps, recipe), the same repetition refusal, the held-out budget planned by
-`pipeline.grid.plan_holdout` at the N_opt of Approach 2 fitted on the main runs (as
-`pipeline.holdout` does from the ledger), and every run is `pipeline.train.train`.
+`pipeline.planner.plan_holdout` at the N_opt of Approach 2 fitted on the main runs (as
+`pipeline.planner.holdout` does from the ledger), and every run is `pipeline.train.train`.
 
 run: builds the sweep's tokens once, then trains the main runs in W processes sharing the
 device (largest first, so the last to finish are short), then the held-out runs. Each run
@@ -195,7 +195,7 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
     from pipeline.config import load_sweep
     from pipeline.data import load_data
     from pipeline.data.repetition import repetition_problem
-    from pipeline.grid import data_spec_for, expand, plan_holdout, vocab_size_for
+    from pipeline.planner import data_spec_for, expand, plan_holdout, vocab_size_for
 
     start = time.time()
     deadline = start + deadline_s
@@ -233,7 +233,7 @@ def run(sweep_file: str, out: Path, workers: int, deadline_s: float, git_commit:
           f"{len(ended) - len(rows)} diverged ({time.time() - start:.0f} s)", flush=True)
     if cfg.isoflop is None or cfg.isoflop.holdout is None:
         return 0
-    if len(ended) < len(plan.specs):  # as pipeline.holdout: once every main run has ended
+    if len(ended) < len(plan.specs):  # as pipeline.planner.holdout: once every main run has ended
         print("held-out runs not planned: not every main run has ended", flush=True)
         return 1
     import numpy as np

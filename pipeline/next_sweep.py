@@ -52,7 +52,7 @@ def _plan(cfg: object, flops: float, n_opt: float) -> dict:
 
 def _positions(cfg: object) -> int:
     """Tokens per unit of data of the sweep's models: 1 for text, an image's for vit."""
-    from pipeline.grid import expand, vocab_size_for
+    from pipeline.planner import expand, vocab_size_for
 
     if not is_image_corpus(cfg.data.corpus):
         return 1

@@ -9,10 +9,10 @@ calls it without importing the planner (tests/test_architecture.py).
 
 A held-out run is planned from a fit, not by the file alone: it is in the view when the
 file's held-out section, had the fit put the optimum at that run's own size, would plan it
-(same recipe and seed; pipeline.grid.planned_specs), so a held-out run of an earlier recipe
+(same recipe and seed; pipeline.planner.planned_specs), so a held-out run of an earlier recipe
 is not. Errors: pipeline.config.SweepError naming the file, field and value.
 
-The planner (pipeline.config, pipeline.grid: pydantic, ~0.5 s) is imported when a file is
+The planner (pipeline.config, pipeline.planner: pydantic, ~0.5 s) is imported when a file is
 read, not with this module: a command given no sweep file does not pay for it.
 """
 
@@ -31,10 +31,10 @@ def sweep_file_manifest(sweep_file: str | Path, held_out_cells: Iterable[tuple[f
     file's bytes). None when the vocabulary depends on the corpus (the chars tokenizer): the
     plan cannot be known without reading it. SweepError on a file that is not a sweep.
 
-    The runs are pipeline.grid.planned_specs' (on a CPU sweep with precision auto, those of
+    The runs are pipeline.planner.planned_specs' (on a CPU sweep with precision auto, those of
     both kinds of CPU), each with its role, budget and family."""
     from pipeline.config import load_sweep
-    from pipeline.grid import planned_specs, vocab_size_for
+    from pipeline.planner import planned_specs, vocab_size_for
 
     cfg = load_sweep(sweep_file)
     vocab = vocab_size_for(cfg)
@@ -57,7 +57,7 @@ def sweep_file_corpus(sweep_file: str | Path) -> str | None:
     passes it to `pipeline.sample --corpus`: a sample reads a corpus that a ledger names only
     when the user's own sweep file names it too (pipeline/sample.py, docs/untrusted.md)."""
     from pipeline.config import SweepError, load_sweep
-    from pipeline.grid import data_spec_for
+    from pipeline.planner import data_spec_for
 
     try:
         return data_spec_for(load_sweep(sweep_file), sweep_file).corpus

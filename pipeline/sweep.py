@@ -14,7 +14,7 @@
      state is what made restoring failed sweeps fragile for users)
   6. progress on the terminal; Ctrl-C marks runs in flight killed (they resume next time);
      held-out budgets once the main runs are in: Approach 2 fitted on them here (this entry
-     point composes the analysis), the runs planned at its optimum by pipeline.holdout
+     point composes the analysis), the runs planned at its optimum by pipeline.planner.holdout
   7. summary table, then the fit and report (analysis.report) and the path to it
 """
 
@@ -34,8 +34,14 @@ from pipeline.data.repetition import repetition_problem
 from pipeline.driver.capacity import local_problem
 from pipeline.driver.runner import run_sweep, sigterm_as_interrupt, slots_here
 from pipeline.estimate.device import cpu_has_native_bf16
-from pipeline.grid import Plan, data_spec_for, expand, vocab_size_for
-from pipeline.holdout import HoldoutError, holdout_plan
+from pipeline.planner import (
+    HoldoutError,
+    Plan,
+    data_spec_for,
+    expand,
+    holdout_plan,
+    vocab_size_for,
+)
 from pipeline.preflight import driver_problem
 from pipeline.terminal import chatty, configure, console, json_mode, say
 from pipeline.terminal.tables import dur, print_plan, summary
@@ -224,7 +230,7 @@ def predicted_optimum(cfg: SweepConfig, sweep_file: str, uri: str,
     budget in the same units. ``plan`` is the main plan the driver ran: the ledger's runs
     outside it (of an earlier version of the file, or its held-out runs) are not fitted, and a
     file edited meanwhile changes nothing. HoldoutError when there is no fit. The analysis is
-    composed here, in the entry point: pipeline.holdout plans from the numbers alone."""
+    composed here, in the entry point: pipeline.planner.holdout plans from the numbers alone."""
     from analysis.errors import AnalysisError
     from analysis.fits.approach2 import fit_approach2
     from analysis.runs.load import load_sweep as load_runs

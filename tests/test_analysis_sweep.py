@@ -303,7 +303,7 @@ def test_predict_writes_the_next_sweep_with_the_source_recipe(store, tmp_path, c
     from analysis.cli import run_main
     from analysis.predict import main
     from pipeline.config import load_sweep as load_sweep_file
-    from pipeline.grid import expand
+    from pipeline.planner import expand
 
     # The synthetic runs are no plan of chinchilla.yaml: keep them all (restrict_to_plan is
     # tested in tests/test_sweep_options.py).

@@ -122,7 +122,7 @@ def test_the_graph_check_finds_a_circle() -> None:
 
 def test_the_graph_sees_lazy_and_relative_imports() -> None:
     graph = import_graph()
-    assert "pipeline.vocab.flops" in graph["pipeline.grid"]
+    assert "pipeline.vocab.flops" in graph["pipeline.planner.ladder"]
     assert all(graph[m] <= set(graph) for m in graph)
 
 
@@ -161,13 +161,13 @@ def crossings(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_the_layer_check_finds_crossings() -> None:
-    graph = {"pipeline.vocab.keys": {"pipeline.grid"}, "analysis.x": {"pipeline.grid"},
-             "analysis.y": {"pipeline.vocab.keys"}, "pipeline.grid": {"analysis.y"},
-             "analysis.fit": {"pipeline.grid"}}
+    graph = {"pipeline.vocab.keys": {"pipeline.planner"}, "analysis.x": {"pipeline.planner"},
+             "analysis.y": {"pipeline.vocab.keys"}, "pipeline.planner": {"analysis.y"},
+             "analysis.fit": {"pipeline.planner"}}
     assert crossings(graph) == [
-        "analysis.x -> pipeline.grid (the analysis imports only pipeline.vocab)",
-        "pipeline.grid -> analysis.y (pipeline/ never imports the analysis)",
-        "pipeline.vocab.keys -> pipeline.grid (the vocabulary imports only itself)"]
+        "analysis.x -> pipeline.planner (the analysis imports only pipeline.vocab)",
+        "pipeline.planner -> analysis.y (pipeline/ never imports the analysis)",
+        "pipeline.vocab.keys -> pipeline.planner (the vocabulary imports only itself)"]
 
 
 def test_layers_only_point_down() -> None:
@@ -197,8 +197,7 @@ def test_the_vocabulary_needs_only_the_standard_library() -> None:
     assert not outside, f"the vocabulary imports outside the standard library: {outside}"
 
 
-PLANNER = ("pipeline.config", "pipeline.grid", "pipeline.holdout", "pipeline.next_sweep",
-           "pipeline.planned_view")
+PLANNER = ("pipeline.config", "pipeline.planner", "pipeline.next_sweep", "pipeline.planned_view")
 """The planner: sweep file -> RunSpecs. Pure: what it plans depends on the file and its
 explicit inputs, not on the machine it runs on."""
 HARDWARE = "pipeline.estimate.device"
@@ -211,7 +210,7 @@ def _path(module: str) -> Path:
 
 def test_the_planner_asks_no_hardware_and_needs_no_torch_ray_or_mlflow() -> None:
     """Run ids must not depend on the planning machine (the target device is an input of
-    pipeline.grid.expand), and a sweep file is planned, or refused, without the heavy
+    pipeline.planner.expand), and a sweep file is planned, or refused, without the heavy
     libraries; every module the planner reaches, lazily or not, is checked."""
     graph = import_graph()
     reached: set[str] = set()

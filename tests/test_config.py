@@ -1,4 +1,4 @@
-"""Tests of pipeline.config (sweep files) and pipeline.grid (planning).
+"""Tests of pipeline.config (sweep files) and pipeline.planner (planning).
 
 * tests/data/bad_sweeps/: every malformed sweep file is refused with a message that names the
   file and the field path (or line) and contains its expected fragment; through the CLI
@@ -45,7 +45,7 @@ from pipeline.config import (
     parse_sweep,
     resolve_corpus,
 )
-from pipeline.grid import ISOFLOP_TOLERANCE, Plan, expand, vocab_size_for
+from pipeline.planner import ISOFLOP_TOLERANCE, Plan, expand, vocab_size_for
 from pipeline.vocab import flops
 
 ROOT = Path(__file__).resolve().parents[1]

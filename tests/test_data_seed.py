@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-import pipeline.grid as grid
+import pipeline.planner as planner
 from pipeline.config import SweepError, parse_sweep
 from pipeline.data import TokenData, load_data
 from pipeline.ledger.ui import run_name
@@ -121,9 +121,9 @@ SWEEP = {
 
 
 def test_the_planner_gives_every_seed_the_sweeps_data_seed() -> None:
-    plain = grid.expand(parse_sweep(yaml.safe_dump(SWEEP), "crn.yaml")).specs
+    plain = planner.expand(parse_sweep(yaml.safe_dump(SWEEP), "crn.yaml")).specs
     doc = {**SWEEP, "train": {**SWEEP["train"], "data_seed": 0}}
-    shared = grid.expand(parse_sweep(yaml.safe_dump(doc), "crn.yaml")).specs
+    shared = planner.expand(parse_sweep(yaml.safe_dump(doc), "crn.yaml")).specs
     assert [s.train.seed for s in shared] == [0, 1, 2]
     assert {s.train.batch_seed for s in shared} == {0}
     assert [s.train.batch_seed for s in plain] == [0, 1, 2]

@@ -272,7 +272,7 @@ def _sweep_file(tmp_path: Path, corpus: str) -> Path:
 def test_prepare_cli_builds_what_the_sweep_then_loads(jsonl, tmp_path, capsys):
     from pipeline.config import load_sweep
     from pipeline.data.__main__ import main
-    from pipeline.grid import data_spec_for
+    from pipeline.planner import data_spec_for
 
     sweep = _sweep_file(tmp_path, "records")  # relative to the sweep file, as the sweep reads
     cache = str(tmp_path / "cache")

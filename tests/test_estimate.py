@@ -16,7 +16,7 @@ import pytest
 
 from pipeline.config import SweepError, load_sweep
 from pipeline.estimate.memory import GIB, micro_batch_to_fit, training_memory
-from pipeline.grid import expand
+from pipeline.planner import expand
 from pipeline.train import train
 from pipeline.vocab.families import make_config
 from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pipeline import checkpoint
 from pipeline.config import parse_sweep
-from pipeline.grid import expand
+from pipeline.planner import expand
 from pipeline.train import NullTracker, train
 from pipeline.train.cli import build_parser, spec_from_args
 from pipeline.train.cli import main as cli_main

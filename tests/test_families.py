@@ -74,7 +74,7 @@ def test_gqa_is_one_group_size_across_a_sweep() -> None:
     from pathlib import Path
 
     from pipeline.config import load_sweep
-    from pipeline.grid import expand
+    from pipeline.planner import expand
 
     gpu = Path(__file__).resolve().parent.parent / "sweeps" / "chinchilla_gpu.yaml"
     cfg = load_sweep(gpu)

@@ -51,7 +51,7 @@ from servers import MlflowServer
 
 from pipeline import checkpoint
 from pipeline.config import load_sweep
-from pipeline.grid import expand, vocab_size_for
+from pipeline.planner import expand, vocab_size_for
 from pipeline.trial import FAIL_ENV, START_DELAY_ENV, TRAINING_LOG_ENV
 from pipeline.vocab import keys
 from pipeline.vocab.spec import RunSpec

@@ -18,7 +18,7 @@ from mlflow import MlflowClient
 
 from analysis.runs.load import load_sweep as load_runs
 from pipeline.config import load_sweep
-from pipeline.grid import expand, planned_run_ids
+from pipeline.planner import expand, planned_run_ids
 from pipeline.vocab import keys
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +149,7 @@ def _gpu_study(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProces
 
 def _fingerprint(sweep: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     from pipeline.data import CACHE_ENV, load_data
-    from pipeline.grid import data_spec_for
+    from pipeline.planner import data_spec_for
 
     monkeypatch.setenv(CACHE_ENV, str(cache))
     return load_data(data_spec_for(load_sweep(sweep), sweep)).fingerprint

@@ -69,7 +69,7 @@ def test_a_sweep_mixing_one_and_two_worker_runs(tmp_path: Path) -> None:
     import sys
 
     from pipeline.config import load_sweep
-    from pipeline.grid import expand, vocab_size_for
+    from pipeline.planner import expand, vocab_size_for
 
     path = tmp_path / "ddp.yaml"
     path.write_text(SWEEP)

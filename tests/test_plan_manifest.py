@@ -245,12 +245,12 @@ def test_the_export_carries_the_plan(store: str, tmp_path: Path) -> None:
 
 
 def test_the_sweep_files_view_is_the_planners(tmp_path: Path) -> None:
-    """pipeline.planned_view: the ids pipeline.grid plans, with roles and budgets; None where
+    """pipeline.planned_view: the ids pipeline.planner plans, with roles and budgets; None where
     the plan depends on the corpus (chars); SweepError on a file that is no sweep."""
     from pipeline.config import SweepError
     from pipeline.config import load_sweep as load_file
-    from pipeline.grid import planned_run_ids
     from pipeline.planned_view import sweep_file_manifest
+    from pipeline.planner import planned_run_ids
 
     quickstart = ROOT / "sweeps" / "quickstart.yaml"
     plan = sweep_file_manifest(quickstart, [], SHA)

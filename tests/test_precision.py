@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-import pipeline.grid as grid
+import pipeline.planner as planner
 import pipeline.train.cli as train_cli
 from pipeline.config import parse_sweep
 from pipeline.estimate.device import cpu_has_native_bf16
@@ -105,7 +105,7 @@ GRID = {
 
 @pytest.mark.parametrize("native", [True, False])
 def test_the_planner_resolves_auto_by_the_cpu_and_the_width(native: bool) -> None:
-    plan = grid.expand(parse_sweep(yaml.safe_dump(GRID), "precision.yaml"), cpu_bf16=native)
+    plan = planner.expand(parse_sweep(yaml.safe_dump(GRID), "precision.yaml"), cpu_bf16=native)
     by_width = {s.model.d_model: s.train for s in plan.specs}
     assert (by_width[64].precision, by_width[64].head_precision) == ("auto", "autocast")
     wide = (by_width[W].precision, by_width[W].head_precision)
@@ -114,7 +114,7 @@ def test_the_planner_resolves_auto_by_the_cpu_and_the_width(native: bool) -> Non
 
 def test_a_gpu_sweep_keeps_auto() -> None:
     doc = {**GRID, "resources": {"num_cpus": 1, "num_gpus": 1}}
-    plan = grid.expand(parse_sweep(yaml.safe_dump(doc), "precision.yaml"), cpu_bf16=True)
+    plan = planner.expand(parse_sweep(yaml.safe_dump(doc), "precision.yaml"), cpu_bf16=True)
     assert {(s.train.precision, s.train.head_precision) for s in plan.specs} == {
         ("auto", "autocast")}
 
@@ -124,9 +124,9 @@ def test_a_report_on_another_cpu_keeps_the_runs_planned_on_either() -> None:
     cfg = parse_sweep(yaml.safe_dump(GRID), "precision.yaml")
     by_cpu = {}
     for native in (True, False):
-        by_cpu[native] = {s.run_id for s in grid.expand(cfg, cpu_bf16=native).specs}
+        by_cpu[native] = {s.run_id for s in planner.expand(cfg, cpu_bf16=native).specs}
     assert by_cpu[True] != by_cpu[False]
-    assert grid.planned_run_ids(cfg) == by_cpu[True] | by_cpu[False]
+    assert planner.planned_run_ids(cfg) == by_cpu[True] | by_cpu[False]
 
 
 @pytest.mark.parametrize("d_model, native, resolved", [

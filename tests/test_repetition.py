@@ -15,7 +15,7 @@ from pipeline.config import load_sweep
 from pipeline.data import CACHE_ENV, load_corpus, load_data
 from pipeline.data.batches import get_batch, unique_tokens_seen
 from pipeline.data.repetition import repetition_problem
-from pipeline.grid import expand
+from pipeline.planner import expand
 from pipeline.train import NullTracker, train
 from pipeline.vocab import flops, keys
 from pipeline.vocab.families import make_config

@@ -357,8 +357,8 @@ def test_the_corpus_a_sweep_file_names_is_the_one_its_runs_record(tmp_path):
     """The report passes the sweep file's corpus to pipeline.sample, which reads it only if
     it equals the recorded one: same spelling as a sweep records (absolute)."""
     from pipeline.config import load_sweep
-    from pipeline.grid import data_spec_for
     from pipeline.planned_view import sweep_file_corpus as sweep_corpus
+    from pipeline.planner import data_spec_for
 
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "a.txt").write_text("hello " * 100)

@@ -21,7 +21,7 @@ from analysis.analyze import analyze
 from analysis.runs.synthetic import ChinchillaLaw, replicated_runs
 from analysis.schema import analysis_to_json
 from pipeline.config import load_sweep
-from pipeline.grid import expand, plan_holdout, vocab_size_for
+from pipeline.planner import expand, plan_holdout, vocab_size_for
 from pipeline.vocab import flops
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -42,7 +42,7 @@ def _sweep(tmp_path: Path, sweep: Path, *extra: str, **kw) -> subprocess.Complet
 # and expands its plan (the counts, as JSON, go to the file given as the first argument).
 _COUNTED = r"""
 import atexit, json, runpy, sys
-import pipeline.config.yaml_reader, pipeline.grid
+import pipeline.config.yaml_reader, pipeline.planner
 counts, out = {"parse": 0, "expand": 0}, sys.argv.pop(1)
 
 def count(module, name, key):
@@ -55,7 +55,7 @@ def count(module, name, key):
             setattr(m, name, counted)
 
 count(pipeline.config.yaml_reader, "_read_yaml", "parse")
-count(pipeline.grid, "expand", "expand")
+count(pipeline.planner, "expand", "expand")
 atexit.register(lambda: open(out, "w").write(json.dumps(counts)))
 runpy.run_module("pipeline.sweep", run_name="__main__", alter_sys=True)
 """
@@ -238,7 +238,7 @@ def _trial_workers(tmp_path: Path) -> list[int]:
 def _steps(sweep: Path) -> dict[str, int]:
     """run_id -> steps of a sweep file's runs."""
     from pipeline.config import load_sweep
-    from pipeline.grid import expand, vocab_size_for
+    from pipeline.planner import expand, vocab_size_for
 
     cfg = load_sweep(sweep)
     return {s.run_id: s.steps for s in expand(cfg, sweep, vocab_size_for(cfg)).specs}

@@ -14,7 +14,8 @@ import yaml
 
 from pipeline.config import SweepError, load_sweep
 from pipeline.data import CACHE_ENV, load_data
-from pipeline.grid import _ladder, _rule, expand, plan_holdout
+from pipeline.planner import expand, plan_holdout
+from pipeline.planner.ladder import shape_rule, size_ladder
 from pipeline.train import train
 from pipeline.vocab import flops, keys
 from pipeline.vocab.spec import RunSpec, branch_folder
@@ -142,7 +143,7 @@ def test_holdout_runs_sit_at_the_predicted_optimum(tmp_path: Path) -> None:
     assert {s.role for s in plan.specs} == {keys.ROLE_HOLDOUT}
     assert len(plan.specs) == 2 and all(s.budget == 2e10 for s in plan.specs)
     # count 2: the two rungs of the ladder nearest to N_opt in log N.
-    ladder = sorted(flops.params_total(m) for m in _ladder(cfg, _rule(cfg), 256))
+    ladder = sorted(flops.params_total(m) for m in size_ladder(cfg, shape_rule(cfg), 256))
     nearest = sorted(ladder, key=lambda n: abs(math.log(n / n_opt)))[:2]
     assert sorted(flops.params_total(s.model) for s in plan.specs) == sorted(nearest)
     for s in plan.specs:  # achieved compute on the budget, under the sweep's convention
@@ -208,7 +209,7 @@ def test_holdout_plan_reads_the_approach2_optimum_of_the_main_runs(
     """Synthetic main runs with N_opt = 0.1 * C^0.5: the sweep's fit predicts it and the
     held-out run lands next to it."""
     from analysis.runs.table import runs_from_arrays
-    from pipeline.holdout import holdout_plan
+    from pipeline.planner import holdout_plan
     from pipeline.sweep import predicted_optimum
 
     rows = []
@@ -248,7 +249,7 @@ def test_holdout_planning_reads_the_plan_it_ran_not_the_file_edited_meanwhile(
     """The driver passes the plan it ran: a file edited (even into an invalid one) while the
     main runs trained changes nothing; a ledger without those runs is a clear error."""
     from analysis.runs.table import runs_from_arrays
-    from pipeline.holdout import HoldoutError
+    from pipeline.planner import HoldoutError
     from pipeline.sweep import predicted_optimum
 
     class Loaded:
@@ -268,9 +269,9 @@ def test_holdout_planning_reads_the_plan_it_ran_not_the_file_edited_meanwhile(
 
 
 def test_holdout_plan_is_planning_alone(tmp_path: Path) -> None:
-    """pipeline.holdout plans from the predicted optimum only (no ledger, no analysis); a
+    """pipeline.planner.holdout plans from the predicted optimum only (no ledger, no analysis); a
     held-out budget without a usable N_opt is a HoldoutError, not a plan."""
-    from pipeline.holdout import HoldoutError, holdout_plan
+    from pipeline.planner import HoldoutError, holdout_plan
 
     doc = _iso(replicates=None)
     path = _write(tmp_path, doc)
@@ -343,8 +344,8 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
     from analysis.errors import DataError
     from analysis.runs.planned import held_out_cells, restrict_to_manifest, restrict_to_plan
     from analysis.runs.table import runs_from_arrays
-    from pipeline.grid import planned_run_ids
     from pipeline.planned_view import sweep_file_manifest
+    from pipeline.planner import planned_run_ids
 
     def restrict_to_sweep_file(table, path):  # what --sweep-file does (analysis.cli.file_plan)
         manifest = sweep_file_manifest(path, held_out_cells(table), "0" * 64)
@@ -354,7 +355,7 @@ def test_runs_of_an_earlier_recipe_are_left_out(tmp_path: Path) -> None:
     doc["isoflop"] = {k: v for k, v in doc["isoflop"].items() if v is not None}
     doc["isoflop"]["holdout"] = {"budgets": [2e10], "count": 1, "seeds": [1]}
     cfg = load_sweep(_write(tmp_path, doc))
-    n_opt = float(flops.params_total(_ladder(cfg, _rule(cfg), 256)[1]))
+    n_opt = float(flops.params_total(size_ladder(cfg, shape_rule(cfg), 256)[1]))
     old = expand(cfg, tmp_path).specs
     old_held = plan_holdout(cfg, {2e10: n_opt}, tmp_path).specs
     doc["train"] = {**doc["train"], "lr": 1e-3}

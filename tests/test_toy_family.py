@@ -86,8 +86,8 @@ def test_a_registered_family_is_planned_trained_recorded_and_fitted(
     from analysis.analyze import analyze
     from analysis.fits.results import Estimate
     from analysis.runs.load import load_sweep
-    from pipeline.grid import expand
     from pipeline.model import build_model
+    from pipeline.planner import expand
     from pipeline.tracking import Ledger
     from pipeline.trial import execute_trial
     from pipeline.vocab.manifest import plan_manifest

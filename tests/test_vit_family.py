@@ -333,8 +333,8 @@ def test_predict_names_a_runnable_vit_run_and_centres_the_next_sweep(tmp_path: P
     centres the next sweep's sizes on the predicted N (an image is S tokens)."""
     from analysis.runs.shapes import nearest_shape
     from analysis.runs.table import runs_from_arrays
-    from pipeline.grid import expand, vocab_size_for
     from pipeline.next_sweep import next_sweep_text
+    from pipeline.planner import expand, vocab_size_for
 
     extra = {"family": ["vit"] * 3, "vocab_size": [10] * 3, "seq_len": [1] * 3,
              "d_model": [32] * 3, "n_heads": [4] * 3, "image_size": [8] * 3,

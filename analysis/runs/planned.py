@@ -25,7 +25,7 @@ from pipeline.vocab.manifest import PlanManifest
 
 def held_out_cells(runs: RunsTable) -> list[tuple[float, float]]:
     """(N, budget) of each held-out run: what the planner needs to tell whether the file's
-    held-out section plans it (``pipeline.grid.planned_run_ids``)."""
+    held-out section plans it (``pipeline.planner.planned_run_ids``)."""
     held = runs.values("role").astype(str).to_numpy() == keys.ROLE_HOLDOUT
     return [(float(n), float(b)) for n, b in
             zip(runs.column("N")[held], runs.column("budget")[held], strict=True)]

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.data.files import DiskFullError
     from pipeline.data.settings import DataConfig, DataError
     from pipeline.data.store import prepare_data
-    from pipeline.grid import data_spec_for
+    from pipeline.planner import data_spec_for
 
     try:
         cfg = load_sweep(args.sweep_file)

@@ -24,7 +24,7 @@ import numpy as np
 from pipeline.config import SweepConfig, SweepError
 from pipeline.data import TokenData
 from pipeline.driver.capacity import local_cpus, node_problem, workers_problem
-from pipeline.grid import Plan
+from pipeline.planner import Plan
 from pipeline.preflight import warn_loopback_uri
 from pipeline.terminal import chatty, console, say
 from pipeline.terminal.tables import Progress, report_one, trained_flops

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from rich.table import Table
 
 from pipeline.config import SweepConfig
-from pipeline.grid import Plan
+from pipeline.planner import Plan
 from pipeline.terminal import console, say
 from pipeline.vocab import flops, keys
 from pipeline.vocab.families import data_unit

@@ -3,7 +3,7 @@ schedule, evaluation budget and precision.
 
 Like marin's ScalingRecipe: the numbers a sweep file sets (its `train` section) live in
 pipeline.config.TrainSection; the rules that turn them into one run's values live here, each
-with the measurement it comes from (docs/recipes.md). The planner (pipeline.grid) resolves a
+with the measurement it comes from (docs/recipes.md). The planner (pipeline.planner) resolves a
 run's peak LR, warmup and batch through `ScalingRecipe`; the training loop (pipeline.train)
 reads the LR of each step from `lr_at`. Pure Python: no torch, no pydantic.
 
@@ -167,7 +167,7 @@ def resolve_auto(precision: str, head_precision: str, device_type: str, family: 
     run that trains in fp32 gets head_precision "autocast" (the head is fp32 anyway: the same
     computation keeps one id); everything else is kept as given (so every earlier run keeps
     its id). `cpu_bf16`: whether the CPU the runs train on has native bf16 (an input of the
-    planner, pipeline.grid.expand; the sweep command passes its machine's,
+    planner, pipeline.planner.expand; the sweep command passes its machine's,
     pipeline.estimate.device.cpu_has_native_bf16; a sweep for a cluster of other CPUs sets
     its precision explicitly)."""
     if (precision == "auto" and device_type == "cpu" and cpu_bf16

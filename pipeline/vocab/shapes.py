@@ -7,7 +7,7 @@ The shape rule (nanochat's depth knob, with our own constants):
   n_heads  = d_model / head_dim                      (head size is fixed across sizes)
   n_kv_heads (llama) = the largest divisor of n_heads that is <= n_heads / gqa_ratio; a
                        sweep keeps only sizes where that is n_heads / gqa_ratio exactly
-                       (one group size per family: pipeline.grid.group_problem)
+                       (one group size per family: pipeline.planner.group_problem)
   d_ff     = 4 * d_model (gpt); 2/3 * 4 * d_model rounded up to ffn_multiple (llama)
 Kaplan et al. 2020 (Fig. 5) found loss nearly independent of the aspect ratio d_model/n_layer
 over a wide range, so fixing it and moving only depth is a fair one-knob family.

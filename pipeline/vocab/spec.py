@@ -1,6 +1,6 @@
 """RunSpec: everything one training run needs, fully resolved, and its stable run_id.
 
-The planner (pipeline.grid) produces RunSpecs; the trainer (pipeline.train) consumes them;
+The planner (pipeline.planner) produces RunSpecs; the trainer (pipeline.train) consumes them;
 the tracker logs them flattened as MLflow params. run_id is a hash of the resolved values
 that change what is trained (not of the YAML text, and not of where or how fast it runs),
 so re-running a sweep finds what is already done.

@@ -33,6 +33,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_SCRATCH, ignore_errors=True)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that share a module-scoped fixture of their own module (a sweep trained, a
+    report made, a cluster started) are one xdist group, so one worker builds the fixture
+    once (`--dist loadgroup` in pyproject.toml). Under `--dist load` the two workers each
+    took part of such a module and each built its fixture."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        for name in info.names_closure:
+            defs = info.name2fixturedefs.get(name) or ()
+            if defs and defs[-1].scope == "module" and defs[-1].baseid == module:
+                item.add_marker(pytest.mark.xdist_group(module))
+                break
+
+
 @pytest.fixture(scope="session")
 def scratch() -> Path:
     """The session's scratch folder (shared token cache lives under it)."""

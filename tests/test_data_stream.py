@@ -2,7 +2,7 @@
 corpus index and its cache, the tokenizer's bounded sample, a corpus edited or a builder
 killed mid-build, and `python -m pipeline.data prepare`.
 
-The 2 GB memory and throughput figures are a benchmark (benchmarks/bench_prepare.py), not a
+The 2 GB memory and throughput figures are a benchmark (benchmarks/perf/bench_prepare.py), not a
 test: here the corpora are a few hundred KB and every check is exact.
 """
 

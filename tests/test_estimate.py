@@ -73,7 +73,7 @@ def test_memory_estimate_brackets_a_measured_training_step(shape: tuple) -> None
                           bf16=False)
     ratio = grown / (est.total - est.weights)
     # Measured here 0.76 (gpt) and 0.91 (llama); 0.76-1.10 on eight shapes from 80 MiB to
-    # 1.9 GiB (benchmarks/bench_memory.py, BENCHMARKS.md). The band leaves room for the
+    # 1.9 GiB (benchmarks/perf/bench_memory.py, BENCHMARKS.md). The band leaves room for the
     # allocator and for RSS's variation between runs (up to 15% seen on one shape).
     assert 0.6 < ratio < 1.2, (grown, est)
 

@@ -91,7 +91,7 @@ def test_screened_starts_equal_the_full_grid_on_a_smaller_grid(epoch):
         assert getattr(screened, name) == pytest.approx(getattr(full, name), rel=1e-3)
 
 
-# Recorded by benchmarks/bench_fits.py, which runs L-BFGS-B from all 4500 grid starts.
+# Recorded by benchmarks/perf/bench_fits.py, which runs L-BFGS-B from all 4500 grid starts.
 FULL_GRID_EPOCH = {"E": 1.81722, "A": 477.83, "B": 2143.4, "alpha": 0.347310, "beta": 0.367172}
 
 

@@ -1,5 +1,6 @@
 """GPU paths: bf16 autocast training on CUDA. Skipped (reported as skipped) without a GPU;
-benchmarks/gpu_check.sh and benchmarks/gpu_throughput.py exercise the rest on a GPU machine."""
+benchmarks/gpu/gpu_check.sh and benchmarks/gpu/gpu_throughput.py exercise the rest on a GPU
+machine."""
 
 from __future__ import annotations
 

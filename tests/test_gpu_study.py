@@ -1,4 +1,4 @@
-"""benchmarks/gpu_study.py: a sweep trained without Ray or MLflow (the lent GPU machine has
+"""benchmarks/tools/gpu_study.py: a sweep trained without Ray or MLflow (the lent GPU machine has
 neither), then imported into the ledger. On the CPU here with tiny.yaml: the runs it trains
 are the sweep's planned runs, the import writes what the driver and trainer would (the
 analysis reads them as a sweep), and importing twice adds nothing."""
@@ -23,10 +23,11 @@ from pipeline.vocab import keys
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "data" / "sweeps" / "tiny.yaml"
+SCRIPT = ROOT / "benchmarks" / "tools" / "gpu_study.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gpu_study", ROOT / "benchmarks" / "gpu_study.py")
+    spec = importlib.util.spec_from_file_location("gpu_study", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -39,7 +40,7 @@ def test_runs_trained_without_ray_or_mlflow_import_as_the_sweeps_runs(tmp_path: 
     out = tmp_path / "out"
     # A process of its own, as on the GPU machine (its workers are spawned: they import the
     # script by path, which a module loaded from a file location in this process is not).
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_study.py"), "run",
+    done = subprocess.run([sys.executable, str(SCRIPT), "run",
                            str(TINY), str(out), "--workers", "2", "--git-commit", "abc"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -142,7 +143,7 @@ def _gpu_study(*args: str, cwd: Path, cache: Path) -> subprocess.CompletedProces
 
     from pipeline.data import CACHE_ENV
 
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_study.py"), *args],
+    return subprocess.run([sys.executable, str(SCRIPT), *args],
                           cwd=cwd, capture_output=True, text=True, timeout=300,
                           env={**os.environ, CACHE_ENV: str(cache)})
 

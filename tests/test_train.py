@@ -178,7 +178,7 @@ def test_result_accounting(data: TokenData) -> None:
 
 class _NoTruthValue(Transformer):
     """A model without a truth value, as torch.compile's wrapper is (its __len__ raises):
-    benchmarks/gpu_throughput.py trains such a model, and the step once asked `forward or
+    benchmarks/gpu/gpu_throughput.py trains such a model, and the step once asked `forward or
     model` (TypeError on the H200, 2026-12-04)."""
 
     def __len__(self) -> int:

@@ -23,7 +23,7 @@ evaluated at once, vectorised; L-BFGS-B then runs from the ``keep`` starts with 
 initial objective (``keep=None`` runs all 4500). Converged runs end at the minimum of their
 basin, and the 20 best starts include some in the best basin on every data set we tried, so
 the screened fit (keep=20) equals the full grid's there. That is checked, not proven:
-benchmarks/bench_fits.py checks it on the Epoch data on every run, and tests/test_fits.py
+benchmarks/perf/bench_fits.py checks it on the Epoch data on every run, and tests/test_fits.py
 checks it against the full grid on a smaller grid and against the recorded full-grid numbers.
 
 Compute-optimal allocation for C = 6·N·D (Hoffmann et al. 2022, Eq. 4 and Appendix D.2):

@@ -1,11 +1,11 @@
 """bf16 (attention in fp32) against fp32 at the chinchilla ladder: final-loss parity over seeds.
 
     python -m pipeline.sweep sweeps/bf16_parity.yaml --no-report    # ~45 min on 2 cores
-    python benchmarks/bench_bf16_parity.py --tracking-uri sqlite:///mlflow.db \
+    python benchmarks/studies/bench_bf16_parity.py --tracking-uri sqlite:///mlflow.db \
         --csv benchmarks/results/bf16_parity.csv                     # the table below
 
-or, from the committed per-run results, `python benchmarks/bench_bf16_parity.py --from-csv
-benchmarks/results/bf16_parity.csv`. The same for sweeps/bf16_parity_cli.yaml (the CLI's
+or, from the committed per-run results, `python benchmarks/studies/bench_bf16_parity.py
+--from-csv benchmarks/results/bf16_parity.csv`. The same for sweeps/bf16_parity_cli.yaml (the CLI's
 d 128, heads of 32) with `--sweep bf16_parity_cli --rule equivalence` (or `--from-csv
 benchmarks/results/bf16_parity_cli.csv --rule equivalence`). For each ladder size the same seeds train in both
 precisions (same data order, same initialisation), so the paired differences bf16 - fp32
@@ -16,7 +16,7 @@ contains 0 or lies within +-0.01 nats, and no size's mean difference exceeds one
 standard deviation. Speed: each precision's wall seconds per run, as the sweep measured them
 (two runs at a time on 2 cores, so shared with whatever else ran).
 
-    python benchmarks/bench_bf16_parity.py --speed                   # ~6 minutes, 1 core
+    python benchmarks/studies/bench_bf16_parity.py --speed           # ~6 minutes, 1 core
 
 measures steady-state training tokens per CPU-second, fp32 against bf16, side by side
 (interleaved rounds, one thread, the trainer as it is) at the shapes that matter: the
@@ -31,10 +31,12 @@ import math
 import sys
 from pathlib import Path
 
-import benchlib as bl
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
 
 COLUMNS = ["d_model", "n_layer", "seed", "precision", "final_val_loss", "wall_s",
            "tokens_per_s", "run_id"]

@@ -1,7 +1,7 @@
 """Data-parallel scaling on the CPU: one run trained by 1 worker, then by 2 gloo workers
 (Ray Train, DDP), each worker one thread (issue 18).
 
-    python benchmarks/bench_ddp.py            # ~3 minutes on 2 cores
+    python benchmarks/perf/bench_ddp.py            # ~3 minutes on 2 cores
 
 The same RunSpec (GPT, 4 layers, d_model 128, context 128, batch 32, 80 steps, bytes) both
 ways, in one run, twice in alternating order. Compared: the training loop's wall seconds as
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

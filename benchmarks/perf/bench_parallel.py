@@ -1,6 +1,6 @@
 """Parallel efficiency: two 1-thread training processes at once against one alone.
 
-    python benchmarks/bench_parallel.py              # ~2 minutes on 2 cores
+    python benchmarks/perf/bench_parallel.py              # ~2 minutes on 2 cores
 
 Each worker is a separate Python process (as Ray runs a sweep with num_cpus 1) running the
 real trainer on the 500k gpt model, and reports tokens/s by the wall clock and per
@@ -24,7 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-import benchlib as bl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
 
 
 def worker(kind: str, seconds: float) -> dict:

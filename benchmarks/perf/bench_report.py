@@ -1,6 +1,6 @@
 """A report from an export, this checkout against another commit, alternated in one run.
 
-    python benchmarks/bench_report.py --baseline eba3d83 \\
+    python benchmarks/perf/bench_report.py --baseline eba3d83 \\
         --export reports/quickstart/runs_export.json --sweep-file sweeps/quickstart.yaml
 
 Each round runs `python -m analysis.report --export E --sweep-file F --out TMP --force` once
@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib import machine_header, median, table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+from benchlib import machine_header, median, table  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QUANTITIES = ("a", "b", "tokens_per_param")
 PHASES = {  # progress lines of analysis.report -> column
     "interaction": r"interaction with \d+ resamples in ([\d.]+) s",

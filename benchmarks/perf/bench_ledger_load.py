@@ -1,7 +1,7 @@
 """Loading a large ledger with curves: one query for runs and curves, against one download per run.
 
-    python benchmarks/bench_ledger_load.py              # 2,000 runs (issue 21's size)
-    python benchmarks/bench_ledger_load.py --runs 200   # a quick look
+    python benchmarks/perf/bench_ledger_load.py              # 2,000 runs (issue 21's size)
+    python benchmarks/perf/bench_ledger_load.py --runs 200   # a quick look
 
 Builds a sqlite MLflow store in a temporary folder with ``--runs`` finished trial runs, each
 logged as pipeline.trial logs one (tags, summary metrics, 9 evaluations of val/loss and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU check: a fractional-GPU sweep on this machine, in about two minutes (under five).
 #
-#   bash benchmarks/gpu_check.sh          # from the repository root, package installed
+#   bash benchmarks/gpu/gpu_check.sh          # from the repository root, package installed
 #
 # Writes a sweep of 8 small GPT runs with `num_gpus: 0.25` to a temp folder and runs it with
 # a local Ray (the same code path as a cluster node), then checks that:
@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 
 cat > "$tmp/gpu_check.yaml" <<'YAML'
-# benchmarks/gpu_check.sh: 8 small runs, a quarter of a GPU each (4 share a GPU at a time)
+# benchmarks/gpu/gpu_check.sh: 8 small runs, a quarter of a GPU each (4 share a GPU at a time)
 name: gpu_check
 kind: isoflop
 family: gpt

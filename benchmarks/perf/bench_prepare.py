@@ -1,9 +1,9 @@
 """Data preparation at scale: peak memory and throughput of `python -m pipeline.data prepare`
 on a large JSONL corpus with a 32k BPE (issue 17: under 1.5 GB for a 2 GB corpus).
 
-    python benchmarks/make_corpus.py /tmp/corpus2g.jsonl --gigabytes 2     # ~1 minute
-    python benchmarks/bench_prepare.py /tmp/corpus2g.jsonl                  # ~5-10 minutes
-    python benchmarks/bench_prepare.py /tmp/corpus2g.jsonl --kill-after 60  # + a killed build
+    python benchmarks/tools/make_corpus.py /tmp/corpus2g.jsonl --gigabytes 2     # ~1 minute
+    python benchmarks/perf/bench_prepare.py /tmp/corpus2g.jsonl                  # ~5-10 minutes
+    python benchmarks/perf/bench_prepare.py /tmp/corpus2g.jsonl --kill-after 60  # + a killed build
 
 Runs the real CLI in a subprocess on a sweep file whose data section is the corpus (bpe,
 vocabulary 32000) and a fresh cache folder, and samples its process tree from /proc every
@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
 
 from procmon import TreeMonitor  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The plan's peak-memory estimate (pipeline/estimate/memory.py) against measured steps.
 
-    python benchmarks/bench_memory.py        # ~1 minute on one core
+    python benchmarks/perf/bench_memory.py        # ~1 minute on one core
 
 Each shape trains one optimizer step (fp32, one thread, AdamW) in a fresh process; measured
 is the growth of the peak resident memory (ru_maxrss) over what the model and the batch held
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_estimate import MEASURE  # noqa: E402 - the same measurement as the test

@@ -1,6 +1,6 @@
 """A synthetic JSONL corpus of any size, for the data-preparation benchmark (bench_prepare.py).
 
-    python benchmarks/make_corpus.py OUT.jsonl --gigabytes 2      # ~1-2 minutes, one core
+    python benchmarks/tools/make_corpus.py OUT.jsonl --gigabytes 2      # ~1-2 minutes, one core
 
 Documents are windows of 1-16 KiB of real text (this interpreter's standard library plus
 Shakespeare from ../shared/data when it is there), one {"text": ...} record per line, with
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
 _WORD = re.compile(r"\S+")
 

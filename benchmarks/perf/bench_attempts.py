@@ -1,7 +1,7 @@
 """Optimisation attempts on the trainer's step, each measured side by side with the baseline.
 
-    python benchmarks/bench_attempts.py              # ~7 minutes on 2 cores
-    python benchmarks/bench_attempts.py --quick      # one round, ~3 minutes
+    python benchmarks/perf/bench_attempts.py              # ~7 minutes on 2 cores
+    python benchmarks/perf/bench_attempts.py --quick      # one round, ~3 minutes
 
 Every variant runs the real pipeline.train.train() (one thread), with one thing changed by a
 patch of pipeline.model / pipeline.train for that measurement only (see variants.py), in
@@ -14,18 +14,22 @@ the 500k step (which ops dominate). bf16's effect on the loss is bench_bf16_loss
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-import benchlib as bl
 import torch
-import variants
 from torch.profiler import ProfilerActivity, profile
 
 from pipeline import checkpoint
 from pipeline.data import eval_batches, get_batch
 from pipeline.model import Transformer
 from pipeline.train import evaluate, make_optimizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
+import variants  # noqa: E402
 
 # (name, precision, patches, families it applies to)
 STEP_VARIANTS = [

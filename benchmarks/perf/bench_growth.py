@@ -1,6 +1,6 @@
 """Growth: planning a 5,000-run grid, and loading + fitting a ledger of up to 2,000 runs.
 
-    python benchmarks/bench_growth.py                # ~3-4 minutes on 2 cores
+    python benchmarks/perf/bench_growth.py                # ~3-4 minutes on 2 cores
 
 1. Plan: a grid sweep file of 5,000 runs (25 depths x 40 token counts x 5 seeds) through
    pipeline.config.parse_sweep + pipeline.planner.expand (target: under 10 s), and the CLI's
@@ -26,9 +26,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-import benchlib as bl
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
 
 GRID_YAML = """
 name: growth-plan

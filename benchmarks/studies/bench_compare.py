@@ -1,8 +1,8 @@
 """Coverage of the compute multiplier's interval (issue 19): how often the 95% bootstrap
 interval of analysis.comparison covers the true multiplier, on simulated pairs of sweeps.
 
-    python benchmarks/bench_compare.py                      # 100 repetitions x 2 cases
-    python benchmarks/bench_compare.py --reps 20 --jobs 2   # quicker
+    python benchmarks/studies/bench_compare.py                      # 100 repetitions x 2 cases
+    python benchmarks/studies/bench_compare.py --reps 20 --jobs 2   # quicker
 
 Each repetition draws both sweeps afresh (5 budgets 1e18-1e20 x 7 sizes, lognormal noise
 0.5% per run, Chinchilla's law for A) for two cases: B with a constant multiplier of 2 and B
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from test_compare import BUDGETS, A, scaled, true_multiplier  # noqa: E402
 
 from analysis.comparison import compare  # noqa: E402
@@ -56,7 +56,7 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1)
     args = p.parse_args()
     wall, cpu = time.perf_counter(), time.process_time()
-    print(f"python benchmarks/bench_compare.py --reps {args.reps} --bootstrap "
+    print(f"python benchmarks/studies/bench_compare.py --reps {args.reps} --bootstrap "
           f"{args.bootstrap} --jobs {args.jobs}")
     for case, law in CASES.items():
         truth = np.array([true_multiplier(A, law, c) for c in BUDGETS])

@@ -1,6 +1,6 @@
 """torch.compile (inductor) against eager for the single-run CLI's shape, one CPU thread.
 
-    python benchmarks/bench_compile.py          # ~1.5 minutes
+    python benchmarks/perf/bench_compile.py          # ~1.5 minutes
 
 Issue 21 asks for a trainer 1.3x faster than a plain loop in fp32; this measures whether
 compiling the model would get there. The shape of issue 21's CLI example (gpt, 4 layers,
@@ -16,8 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-import benchlib as bl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
 
 
 def one(mode: str) -> None:

@@ -1,6 +1,6 @@
 """Is the bf16 gap made in training or in evaluation? One seed of a parity sweep, retrained.
 
-    python benchmarks/bench_bf16_rescore.py --seed 1        # ~4.5 min on 2 cores
+    python benchmarks/studies/bench_bf16_rescore.py --seed 1        # ~4.5 min on 2 cores
 
 Trains the seed's fp32 and bf16 runs of sweeps/bf16_parity_cli.yaml (the sweep's own
 RunSpecs, so the same run ids) in two processes at once, each with a checkpoint folder, then
@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-SWEEP = Path(__file__).resolve().parents[1] / "sweeps" / "bf16_parity_cli.yaml"
+SWEEP = Path(__file__).resolve().parents[2] / "sweeps" / "bf16_parity_cli.yaml"
 
 
 def spec_of(precision: str, seed: int):

@@ -1,8 +1,8 @@
 """A sweep trained on one GPU machine without Ray or MLflow, then written into the ledger.
 
-    python benchmarks/gpu_study.py run SWEEP_FILE OUT [--workers W] [--deadline-s S]
-                                           [--done RUNS_CSV_OR_FOLDER ...]
-    python benchmarks/gpu_study.py import OUT --sweep-file SWEEP_FILE [--tracking-uri URI]
+    python benchmarks/tools/gpu_study.py run SWEEP_FILE OUT [--workers W] [--deadline-s S]
+                                                 [--done RUNS_CSV_OR_FOLDER ...]
+    python benchmarks/tools/gpu_study.py import OUT --sweep-file SWEEP_FILE [--tracking-uri URI]
 
 Why: the GPU machine lent to some sessions has torch but neither Ray nor MLflow, and nothing
 can be installed there beyond a few small wheels (pydantic). `pipeline.sweep` is the tool on
@@ -54,7 +54,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 RECORDS = "runs.jsonl.gz"
-IMPORTED_FROM = "benchmarks/gpu_study.py"
+IMPORTED_FROM = "benchmarks/tools/gpu_study.py"
 IMPORTED_FROM_TAG = "imported_from"  # on the sweep run and every imported run
 
 

@@ -1,7 +1,7 @@
 """GPU training throughput and MFU of the real trainer (bf16), unattended, in under 5 minutes.
 
-    python benchmarks/gpu_throughput.py                    # needs CUDA; exits 2 without it
-    python benchmarks/gpu_throughput.py --json out.json    # also write the figures as JSON
+    python benchmarks/gpu/gpu_throughput.py                    # needs CUDA; exits 2 without it
+    python benchmarks/gpu/gpu_throughput.py --json out.json    # also write the figures as JSON
 
 What it measures, on the first CUDA device:
   1. the bf16 matmul peak (8192^3, measured) next to the nominal dense bf16 peak if known;
@@ -30,6 +30,7 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,6 +39,11 @@ from pipeline.data import TokenData
 from pipeline.vocab import flops, keys
 from pipeline.vocab.families import make_config
 from pipeline.vocab.spec import DataSpec, ExecSpec, RunSpec, TrainSpec
+
+# benchmarks/, where the shared helpers (benchlib, variants) are: imported lazily, here and
+# in the Ray tasks of packing(), which put it on their own path
+HELPERS = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, HELPERS)
 
 # Nominal dense bf16 peaks (TFLOP/s, no sparsity), from the vendors' data sheets.
 NOMINAL_BF16_TFLOPS = {
@@ -164,7 +170,7 @@ def packing(device: str, smoke: bool, steps_log: int) -> dict:
     def one(seed: int, start_at: float) -> dict:
         import sys as _sys
 
-        _sys.path.insert(0, _HERE)
+        _sys.path.insert(0, HELPERS)
         torch.zeros(1, device=device)  # CUDA context first: not inside the timed windows
         data = synthetic_data(256, seed=seed)
         time.sleep(max(0.0, start_at - time.time()))  # all packed tasks start together
@@ -225,9 +231,6 @@ def run_ladder(skipped: list[str], smoke: bool, device: torch.device, peak: floa
         rows.append(row)
         print(json.dumps(row))
     return rows
-
-
-_HERE = __file__.rsplit("/", 1)[0]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """The Kaplan joint law fitted with finite-difference and with analytic Jacobians, side by side
 in one process: 20 fits of 36 synthetic runs (16 starts per fit), CPU time and the fits.
 
-    python benchmarks/bench_kaplan_jacobian.py
+    python benchmarks/perf/bench_kaplan_jacobian.py
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Fit speed: Chinchilla Approach 3 on the 240 Epoch points, start grid + 1000 bootstraps.
 
-    python benchmarks/bench_fits.py                 # the figure in BENCHMARKS.md
-    python benchmarks/bench_fits.py --jobs 2        # bootstrap over 2 processes
-    python benchmarks/bench_fits.py --no-exhaustive # skip the 4500-start verification
-    python benchmarks/bench_fits.py --epoch --jobs 2 --no-exhaustive   # issue 21's ratio
+    python benchmarks/perf/bench_fits.py                 # the figure in BENCHMARKS.md
+    python benchmarks/perf/bench_fits.py --jobs 2        # bootstrap over 2 processes
+    python benchmarks/perf/bench_fits.py --no-exhaustive # skip the 4500-start verification
+    python benchmarks/perf/bench_fits.py --epoch --jobs 2 --no-exhaustive   # issue 21's ratio
 
 What is timed (target: < 60 s on 2 cores):
   1. the fit: all 4500 grid starts' objective evaluated at once (vectorised), L-BFGS-B from
@@ -39,7 +39,7 @@ from analysis.numerics.bootstrap import resample_indices
 from analysis.numerics.threads import single_threaded_blas
 from analysis.runs.load import load_csv
 
-EPOCH = Path(__file__).resolve().parents[1] / "tests" / "data" / "chinchilla_epoch_fig4.csv"
+EPOCH = Path(__file__).resolve().parents[2] / "tests" / "data" / "chinchilla_epoch_fig4.csv"
 CHINCHILLA_FLOPS = 5.76e23
 
 

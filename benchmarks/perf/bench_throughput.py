@@ -1,6 +1,6 @@
 """Training throughput and MFU of the real trainer, for a ladder of sizes and both families.
 
-    python benchmarks/bench_throughput.py            # ~3 minutes on 2 cores
+    python benchmarks/perf/bench_throughput.py            # ~3 minutes on 2 cores
 
 For each (family, size): tokens/s of pipeline.train.train() with one thread in fp32, in bf16
 as the trainer does it today (precision="bf16": autocast), and in bf16 with the attention
@@ -13,11 +13,14 @@ kernel kept in fp32 (a prototype, see variants.FP32_ATTENTION), measured side by
 from __future__ import annotations
 
 import argparse
-
-import benchlib as bl
-import variants
+import sys
+from pathlib import Path
 
 from pipeline.vocab import flops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
+import variants  # noqa: E402
 
 VARIANTS = {
     "fp32": ("fp32", ()),

@@ -1,6 +1,6 @@
 """Does bf16 change the result? The same short run in fp32 and bf16, over several seeds.
 
-    python benchmarks/bench_bf16_loss.py             # ~3 minutes on 2 cores
+    python benchmarks/studies/bench_bf16_loss.py             # ~3 minutes on 2 cores
 
 pipeline.train.train() (one thread) trains the same spec (model, batches, init, schedule) in
 fp32, in bf16 as the trainer does it (autocast), and in bf16 with the attention kernel in
@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
-
-import benchlib as bl
-import variants
+from pathlib import Path
 
 from pipeline.train import train
 from pipeline.vocab import flops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
+import variants  # noqa: E402
 
 PRECISIONS = {
     "fp32": ("fp32", ()),

@@ -1,7 +1,7 @@
 """Is a seed better or worse in every cell? Paired seed differences of committed studies.
 
-    python benchmarks/seed_effects.py                     # the studies with seed replicates
-    python benchmarks/seed_effects.py reports/chinchilla/runs.csv
+    python benchmarks/studies/seed_effects.py                     # the studies with seed replicates
+    python benchmarks/studies/seed_effects.py reports/chinchilla/runs.csv
 
 A run's seed sets its initialisation and its batch sequence; with `sampling: shuffled` the
 batch sequence is a permutation of the training windows that every run of that seed reads
@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = sorted(ROOT.glob("reports/*/runs.csv"))
 
 

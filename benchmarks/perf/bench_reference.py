@@ -1,6 +1,6 @@
 """The trainer against a plain reference loop, side by side, at the same GPT shapes.
 
-    python benchmarks/bench_reference.py             # ~2-3 minutes on 2 cores
+    python benchmarks/perf/bench_reference.py             # ~2-3 minutes on 2 cores
 
 The reference is written here in the straightforward style of nanoGPT's block (Karpathy's
 model.py, GPT-2 style): attention as an explicit matmul, a causal mask built with
@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
+from pathlib import Path
 
-import benchlib as bl
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from pipeline.vocab import flops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
 
 
 class RefAttention(nn.Module):

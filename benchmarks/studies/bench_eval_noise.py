@@ -1,7 +1,7 @@
 """How much of the chinchilla study's seed noise is the evaluation set? Two seeds, rescored.
 
-    python benchmarks/bench_eval_noise.py                 # ~4 min on 2 cores
-    python benchmarks/bench_eval_noise.py --budget 8e12 --size 4
+    python benchmarks/studies/bench_eval_noise.py                 # ~4 min on 2 cores
+    python benchmarks/studies/bench_eval_noise.py --budget 8e12 --size 4
 
 The analysis measures run-to-run noise from seed replicates (analysis.checks.noise): σ =
 0.0195 nats in reports/chinchilla (1.3% of the loss), 0.019 in reports/chinchilla_1gpu. Every
@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-SWEEP = Path(__file__).resolve().parents[1] / "sweeps" / "chinchilla.yaml"
+SWEEP = Path(__file__).resolve().parents[2] / "sweeps" / "chinchilla.yaml"
 
 
 def spec_of(budget: float, size: int, seed: int):

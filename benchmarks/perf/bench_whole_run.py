@@ -1,6 +1,6 @@
 """The single-run CLI as a whole process against a plain training loop as a whole process.
 
-    python benchmarks/bench_whole_run.py              # ~8 minutes on 2 idle cores
+    python benchmarks/perf/bench_whole_run.py              # ~8 minutes on 2 idle cores
 
 Issue 21's measurement. One process per run, one after another (never two at once), rounds
 interleaved, each timed from its start to its exit (imports, data, store, evaluations and
@@ -13,7 +13,7 @@ all) in wall and CPU seconds (the child's getrusage):
 - "plain": a plain nanoGPT-style loop (bench_reference.RefGPT: explicit attention with a
   torch.tril mask, GELU MLP, AdamW, gradient clipping, loss.item() every step; fp32, one
   thread) that trains the same shape on the same tokens (the same token cache) in a process
-  of its own (`python benchmarks/bench_whole_run.py --plain`), without evaluations, logging
+  of its own (`python benchmarks/perf/bench_whole_run.py --plain`), without evaluations, logging
   or checkpoints.
 
 Ratio = plain wall time / cli wall time (above 1: the CLI is faster), per round.
@@ -30,9 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import benchlib as bl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHAPE = ["--family", "gpt", "--n-layer", "4", "--d-model", "128", "--head-dim", "32",
          "--seq-len", "128", "--batch-size", "64", "--tokens", "1e6"]
 N_LAYER, D_MODEL, HEAD_DIM, SEQ_LEN, BATCH, TOKENS = 4, 128, 32, 128, 64, 1e6

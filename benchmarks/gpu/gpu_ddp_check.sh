@@ -2,8 +2,8 @@
 # Data-parallel check (issue 18): one run trained by 2 workers, DDP then FSDP, against the same
 # run on 1 worker, through `python -m pipeline.sweep` with a local Ray.
 #
-#   bash benchmarks/gpu_ddp_check.sh              # needs 2 CUDA GPUs: NCCL, one GPU a worker
-#   DDP_CHECK_CPU=1 bash benchmarks/gpu_ddp_check.sh  # the same on 2 CPUs with gloo (~2 min)
+#   bash benchmarks/gpu/gpu_ddp_check.sh              # needs 2 CUDA GPUs: NCCL, one GPU a worker
+#   DDP_CHECK_CPU=1 bash benchmarks/gpu/gpu_ddp_check.sh  # the same on 2 CPUs with gloo (~2 min)
 #
 # Checks that every run finished, the 2-worker runs wrote one validation point per
 # evaluation (rank 0 alone writes), and their final losses are within 1% of the one-worker

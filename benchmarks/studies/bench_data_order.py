@@ -1,30 +1,30 @@
 """How much of the chinchilla study's seed noise is the data order? Seeds that share it, trained.
 
-    python benchmarks/bench_data_order.py OUT                     # 9 runs, ~25 min on 2 cores
-    python benchmarks/bench_data_order.py OUT --budget 3.2e12 --sizes 0 2 4 --seeds 1 2 3
-    python benchmarks/bench_data_order.py OUT --summary           # the table, from OUT
+    python benchmarks/studies/bench_data_order.py OUT             # 9 runs, ~25 min on 2 cores
+    python benchmarks/studies/bench_data_order.py OUT --budget 3.2e12 --sizes 0 2 4 --seeds 1 2 3
+    python benchmarks/studies/bench_data_order.py OUT --summary   # the table, from OUT
 
 A run's `seed` fixes both its initialisation and its batch sequence (a permutation of the
 training windows with `sampling: shuffled`), so the σ ≈ 0.0195 nats that the report measures
 from seed pairs (analysis.checks.noise) mixes the two, plus the evaluation windows (~0.005:
-benchmarks/bench_eval_noise.py). This trains cells of sweeps/chinchilla.yaml (the sweep's own
-RunSpecs) again with other seeds but `data_seed: 0`: the batch sequence of the ledger's seed-0
-run, so the runs of a cell differ only in their initialisation. Beside the ledger's seed 0 (the
-same computation, the same run id) they give σ_init, pooled over the cells, to set against the
-seed pairs' σ in the same cells (reports/chinchilla/runs.csv).
+benchmarks/studies/bench_eval_noise.py). This trains cells of sweeps/chinchilla.yaml (the
+sweep's own RunSpecs) again with other seeds but `data_seed: 0`: the batch sequence of the
+ledger's seed-0 run, so the runs of a cell differ only in their initialisation. Beside the
+ledger's seed 0 (the same computation, the same run id) they give σ_init, pooled over the
+cells, to set against the seed pairs' σ in the same cells (reports/chinchilla/runs.csv).
 
 With --eval-interval K the runs also evaluate every K steps (evaluations never change the
 trained weights: the same final loss) and keep their curves, and the summary says whether two
 seeds of a cell differ by a gap that persists to the end (the models) or by jitter between
 neighbouring evaluations (the final iterate, which weight averaging would smooth):
 
-    python benchmarks/bench_data_order.py OUT2 --sizes 0 --seeds 0 3 --eval-interval 20
+    python benchmarks/studies/bench_data_order.py OUT2 --sizes 0 --seeds 0 3 --eval-interval 20
 
 With --lr-factor F the runs (seed 0 included) train at F times the recipe's peak LR, to see
 whether a cell's seed spread and mean move with the LR; the summary then sets each factor's
 seeds beside the recipe's:
 
-    python benchmarks/bench_data_order.py OUT --sizes 0 --lr-factor 0.5
+    python benchmarks/studies/bench_data_order.py OUT --sizes 0 --lr-factor 0.5
 
 Each finished run is appended to OUT/runs.jsonl as it ends; a rerun skips the runs already
 there, so an interrupted measurement resumes.
@@ -41,7 +41,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LEDGER = ROOT / "reports" / "chinchilla" / "runs.csv"
 RECORDS = "runs.jsonl"
 

@@ -1,7 +1,7 @@
 """Sweep overhead (Ray + MLflow against a plain loop) and memory of the same runs.
 
-    python benchmarks/bench_sweep.py                 # ~3-4 minutes on 2 cores
-    python benchmarks/bench_sweep.py --sweep-file sweeps/quickstart.yaml   # ~10 minutes
+    python benchmarks/perf/bench_sweep.py                 # ~3-4 minutes on 2 cores
+    python benchmarks/perf/bench_sweep.py --sweep-file sweeps/quickstart.yaml   # ~10 minutes
 
 A small plan is built in code (an IsoFLOP sweep file parsed with pipeline.config.parse_sweep,
 expanded with pipeline.planner.expand: one budget, 4 gpt shapes, ~10 s of CPU each, the default
@@ -36,8 +36,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import benchlib as bl
-import procmon
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared helpers
+import benchlib as bl  # noqa: E402
+import procmon  # noqa: E402
 
 # An IsoFLOP sweep, like the shipped ones: one budget, four shapes (~40k to ~170k params).
 SWEEP_YAML = """

@@ -252,12 +252,14 @@ def _checkpoints(folder: Path) -> list[int]:
 
 
 def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
-    # Twice tiny.yaml's budgets (631 to 2881 steps), checkpointed every 100 steps; the kill
-    # waits for a finished run and a running one with a checkpoint, at most half-way (over
-    # 300 steps to go: it cannot finish in the second or two its worker outlives the driver).
-    text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [6e9, 1.2e10]")
-    text = text.replace("resources:\n  num_cpus: 1",
-                        "resources:\n  num_cpus: 1\n  checkpoint_interval: 100")
+    # tiny.yaml's budgets (315 to 1440 steps), checkpointed every 50 steps; the kill waits
+    # for a finished run and a running one with a checkpoint, at most half-way. Two run at a
+    # time, so the 1440-step run starts after two have finished and is seen in its first
+    # half (~700 steps, seconds; polled every 0.2 s). Its workers are frozen before the kill,
+    # so it cannot finish meanwhile: the doubled budgets it had until 2026-12-07 (631 to 2881
+    # steps, for a run to outlive its driver by a second or two) trained twice as long.
+    text = TINY.read_text().replace("resources:\n  num_cpus: 1",
+                                    "resources:\n  num_cpus: 1\n  checkpoint_interval: 50")
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(text)
     steps = _steps(sweep)
@@ -322,21 +324,21 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
     # it then resumes at its end and trains nothing again.
     for r in resumed:
         rid, start = r.data.tags[keys.TAG_RUN_ID], int(r.data.tags[keys.TAG_RESUMED_FROM])
-        assert start % 100 == 0 or start == steps[rid], (rid, start, steps[rid])
+        assert start % 50 == 0 or start == steps[rid], (rid, start, steps[rid])
     # The killed driver's leases (its PID is gone) were taken over, and released at the end.
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert not client.search_registered_models()
 
 
-@pytest.mark.parametrize("store, second", [("sqlite", 0.0), ("server", 4.0),
-                                           ("sqlite", "mid-sweep"), ("server", "mid-sweep")])
+@pytest.mark.parametrize("store, second", [("sqlite", 0.0), ("server", 4.0)])
 def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str,
-                                                      second: float | str) -> None:
-    """Two terminals, one folder, on one sqlite ledger or on an `mlflow server` (over that
-    sqlite file); the second started 0 or 4 s after the first, or mid-sweep (once a run has
-    finished and others have not): each run is trained by one of them (its lease), the
-    other waits for it and reads its result; both exit 0 with the same table. Before leases
-    every run was trained twice."""
+                                                      second: float) -> None:
+    """Terminals in one folder, on one sqlite ledger or on an `mlflow server` (over that
+    sqlite file): a second driver started 0 or 4 s after the first, and a third mid-sweep
+    (once a run has finished and others have not): each run is trained by one of them (its
+    lease), the others wait for it and read its result; all exit 0 with the same table.
+    Before leases every run was trained twice. (Until 2026-12-07 four tests of two drivers
+    each: the mid-sweep driver had sweeps of its own, a sweep trained twice more.)"""
     text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [6e9, 1.2e10]")
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(text)
@@ -348,11 +350,11 @@ def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str
         server.start()
     drivers = []
     try:
-        for i in range(2):
-            if i == 1 and second == "mid-sweep":
+        for i, when in enumerate([0.0, second, "mid-sweep"]):
+            if when == "mid-sweep":
                 _wait_mid_sweep(tmp_path / "mlflow.db", drivers[0])
-            elif i == 1:
-                time.sleep(float(second))
+            else:
+                time.sleep(float(when))
             env = {**_env(tmp_path), "RAY_TMPDIR": str(Path(os.environ["RAY_TMPDIR"]) / f"d{i}")}
             if server is not None:
                 env["MLFLOW_TRACKING_URI"] = server.url
@@ -378,9 +380,11 @@ def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str
         assert run.data.tags[keys.TAG_ATTEMPTS] == "1"
         steps = [p.step for p in client.get_metric_history(run.info.run_id, keys.VAL_LOSS)]
         assert len(steps) == len(set(steps)) >= 4  # one point per logged step
-        for out, _ in outs:  # both tables show every run's loss
+        for out, _ in outs:  # every table shows every run's loss
             assert f"{run.data.metrics[keys.FINAL_VAL_LOSS]:.4f}" in out
     assert any("by another driver" in out for out, _ in outs)
+    # The mid-sweep driver came while the first still had runs to train: it waited for them.
+    assert "by another driver" in outs[2][0], outs[2][0][-3000:]
     assert not client.search_registered_models()  # every lease was released
 
 

@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis.checks.agreement import Agreement, compare_approaches
+from analysis.checks.backtest import Backtests, backtest
 from analysis.checks.conventions import ConventionTable, timed_refit_conventions
 from analysis.checks.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
 from analysis.checks.heldout import HoldoutCheck, check_holdout
+from analysis.checks.model_spread import ModelSpread, model_spread
 from analysis.checks.noise import (
     NoiseEstimate,
     NoiseSplit,
@@ -55,7 +57,7 @@ from analysis.errors import FitError
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
 from analysis.fits.table import FITS, compared
-from analysis.numerics.bootstrap import BY, Bootstrap
+from analysis.numerics.bootstrap import BY, Bootstrap, resolve_by
 from analysis.numerics.threads import single_threaded_blas
 from analysis.numerics.workers import worker_pool
 from analysis.runs.selection import FitSelection, select_runs
@@ -101,7 +103,13 @@ class Analysis:
     """Which laws describe the runs and the headline law (analysis.checks.verdict)."""
     bootstrap_by: str = "run"
     """What each resample drew from: all runs ("run") or the runs of each budget ("budget";
-    analysis.numerics.bootstrap)."""
+    analysis.numerics.bootstrap; "auto" is resolved before this is set)."""
+    backtests: Backtests | Skipped = field(default_factory=lambda: Skipped("not run"))
+    """Each judged law against the held-out runs and in a rolling-origin backtest
+    (analysis.checks.backtest)."""
+    model_spread: ModelSpread | Skipped = field(default_factory=lambda: Skipped("not run"))
+    """a and tokens per parameter across the laws and the fit windows: the uncertainty a
+    bootstrap leaves out (analysis.checks.model_spread)."""
 
     @property
     def fitted_runs(self) -> RunsTable:
@@ -140,7 +148,9 @@ def analyze(
     conventions: bool = True,
     max_epochs: float | None = None,
     progress: Callable[[str], None] | None = None,
-    bootstrap_by: str = "run",
+    bootstrap_by: str = "auto",
+    holdout_above: float | None = None,
+    backtests: bool = True,
 ) -> Analysis:
     """Fit every requested approach (default: every entry of the table of fits), bootstrap
     it, compare with the documented values and run the checks. ``bootstrap=0`` skips the
@@ -148,14 +158,17 @@ def analyze(
     (the slowest check). ``max_epochs`` leaves out runs that repeated their data more than
     that (analysis.runs.selection). ``progress`` gets a line as each fit (with its bootstrap)
     is done. ``bootstrap_by`` "budget" resamples each IsoFLOP budget's runs within it
-    (analysis.numerics.bootstrap.BY); "run" pools them."""
+    (analysis.numerics.bootstrap.BY); "run" pools them; "auto" is "budget" for an IsoFLOP
+    design (analysis.numerics.bootstrap.resolve_by). ``holdout_above`` holds out every run
+    above that cost (analysis.runs.selection); ``backtests=False`` skips the rolling-origin
+    refits (analysis.checks.backtest; the held-out runs are predicted either way)."""
     if bootstrap_by not in BY:
         raise ValueError(f"bootstrap_by must be one of {BY}, got {bootstrap_by!r}")
     wanted = set(FITS) if approaches is None else set(approaches)
     unknown = wanted - set(FITS)
     if unknown:
         raise ValueError(f"unknown approach(es) {sorted(unknown)}; known: {tuple(FITS)}")
-    selection = select_runs(runs, max_epochs)
+    selection = select_runs(runs, max_epochs, holdout_above)
     all_runs, runs = runs, selection.fitted  # every fit below reads the selected points
     noise = estimate_noise(selection.replicates)
     sigma = noise.sigma if isinstance(noise, NoiseEstimate) else None
@@ -165,13 +178,23 @@ def analyze(
     ref = float(reference_flops) if reference_flops else float(runs.column("C").max())
     with single_threaded_blas(), worker_pool(n_jobs):  # one pool of workers for every fit
         fitted_curves = collapse_curves(selection.replicates, curves)  # seeds averaged
+        bootstrap_by = resolve_by(bootstrap_by, runs.column("budget"))
         strata = runs.column("budget") if bootstrap_by == "budget" else None
         fits = fit_all(FitInput(runs, fitted_curves, ref, bootstrap, seed, n_jobs, strata),
                        wanted, progress)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
-        verdict = judge_laws(fits, runs, selection.holdout, sigma)
+        t0 = time.monotonic()
+        tests = backtest(runs, selection.holdout, fitted_curves, fits, seed,
+                         rolling=backtests)
+        if progress is not None and backtests:
+            progress(f"rolling-origin backtests in {time.monotonic() - t0:.1f} s")
+        verdict = judge_laws(fits, runs, selection.holdout, sigma, tests,
+                             noise.dof if isinstance(noise, NoiseEstimate) else None)
         residuals = _residuals(runs, fits, sigma, with_parabolas="2" in wanted)
+        across: ModelSpread | Skipped = Skipped("no parametric law was fitted")
+        if verdict.headline is not None:
+            across = model_spread(runs, fitted_curves, fits, tests, verdict.headline, ref, seed)
         refits: ConventionTable | Skipped = NOT_REQUESTED
         if conventions:
             refits, seconds = timed_refit_conventions(runs, wanted, bootstrap, seed, n_jobs,
@@ -183,7 +206,8 @@ def analyze(
         conventions={"N": runs.n_convention, "C": runs.c_convention,
                      "kaplan": runs.kaplan_n_c()[2]},
         reference_flops=ref, n_resamples=bootstrap, seed=seed, fits=fits,
-        comparison=compare_documented(fits, ref, verdict),
+        comparison=compare_documented(fits, ref, verdict), backtests=tests,
+        model_spread=across,
         selection=selection, noise=noise, residuals=residuals,
         holdout=check_holdout(selection.holdout, a3, a2),
         convention_refits=refits, schedules=compare_schedules(all_runs, spread),
@@ -241,7 +265,7 @@ def compare_documented(fits: Mapping[str, Estimate | Skipped], ref: float,
         for name, est in fits.items()
     }
     judged = None if verdict is None else {
-        v.approach: ("" if v.describes else v.reason()) for v in verdict.laws}
+        v.approach: ("" if v.comparable else v.reason()) for v in verdict.laws}
     problems = {(name, key): why for name, est in fits.items() if isinstance(est, Estimate)
                 for key in est.point if (why := interval_problem(est, key)) is not None}
     return compare(estimates, tokens_note=f"at C = {ref:.3g}", not_describing=judged,

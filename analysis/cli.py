@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis.errors import AnalysisError, DataError
 from analysis.inputs import finite_positive
+from analysis.numerics.bootstrap import BY
 from analysis.runs.table import RunsTable
 from pipeline.vocab.manifest import PlanManifest
 
@@ -75,9 +76,10 @@ def _asked(view: SweepFileView, call: Callable[[], object]) -> object:
 
 def add_bootstrap_by(parser: argparse.ArgumentParser) -> None:
     """--bootstrap-by: what each bootstrap resample draws from (analysis.numerics.bootstrap.BY)."""
-    parser.add_argument("--bootstrap-by", choices=("run", "budget"), default="run",
-                        help="resample all runs together (run, the default) or each IsoFLOP "
-                             "budget's runs within it (budget: every resample keeps the design)")
+    parser.add_argument("--bootstrap-by", choices=BY, default="auto",
+                        help="resample each IsoFLOP budget's runs within it (budget: every "
+                             "resample keeps the design), or all runs together (run); auto, "
+                             "the default: budget when the runs have two budgets or more")
 
 
 def add_input_arguments(parser: argparse.ArgumentParser,
@@ -97,7 +99,13 @@ def add_input_arguments(parser: argparse.ArgumentParser,
                         help="CSV column of C (FLOPs); without one, C = 6ND")
     parser.add_argument("--loss-col", metavar="COL", help="CSV column of the final loss")
     parser.add_argument("--budget-col", metavar="COL",
-                        help="CSV column of the IsoFLOP budget (default: runs sharing C)")
+                        help="CSV column of the IsoFLOP budget (default: runs whose C agree "
+                             "within 1%%, analysis.runs.published.BUDGET_RTOL)")
+    parser.add_argument("--where", metavar="EXPR",
+                        help="keep the CSV rows that meet EXPR: COL OP VALUE (OP one of == != "
+                             "< <= > >=, VALUE a number or quoted text; `a name` for a column "
+                             "with spaces) joined by 'and', e.g. \"N >= 1e8 and model_type == "
+                             "'dense'\"")
     parser.add_argument("--drop-highest-loss", type=int, default=0, metavar="K",
                         help="drop the K highest-loss CSV rows (Besiroglu et al. drop 5)")
     parser.add_argument("--tracking-uri", metavar="URI",
@@ -111,6 +119,10 @@ def add_input_arguments(parser: argparse.ArgumentParser,
                         help="leave out runs that passed over their train split more than E "
                              "times (their recorded epochs); by default they are fitted and "
                              "named in the output")
+    parser.add_argument("--holdout-above", type=finite_positive, metavar="C",
+                        help="a backtest: leave every run whose budget (or C, without one) is "
+                             "above C out of every fit; each law then predicts them (fit.json "
+                             "\"backtest\", the report's first table)")
     parser.add_argument("--sweep-file", metavar="FILE",
                         help="the sweep's YAML file: with --sweep, the runs it plans now are "
                              "used, not those of the plan the sweep's last launch recorded "
@@ -157,6 +169,8 @@ def load_input(args: argparse.Namespace, *,
     its ledger records, or with --sweep-file those the file plans now (``file_plan``)."""
     from analysis.runs.load import load_csv, load_sweep
 
+    if getattr(args, "where", None) is not None and not args.csv:  # else silently ignored
+        raise DataError(f"--where {args.where!r}: filters the rows of a --csv file only")
     if args.export:
         from analysis.runs.export import read_export
 
@@ -175,7 +189,8 @@ def load_input(args: argparse.Namespace, *,
         return runs, data.curves
     runs = load_csv(args.csv, n_col=args.n_col, d_col=args.d_col, c_col=args.c_col,
                     loss_col=args.loss_col, budget_col=args.budget_col,
-                    drop_highest_loss=args.drop_highest_loss, **logs)
+                    drop_highest_loss=args.drop_highest_loss,
+                    where=getattr(args, "where", None), **logs)
     return runs, None
 
 

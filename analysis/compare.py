@@ -5,9 +5,16 @@
     python -m analysis.compare reports/a/runs_export.json reports/b/runs_export.json --json
 
 A and B are sweep names (MLflow experiments, --tracking-uri), report exports
-(runs_export.json) or CSVs of runs. Prints the compute multiplier of B over A at every budget
-and at each --flops (marked when it extrapolates), both sides' a, tokens per parameter and
-frontier exponent with their difference, each with a 95% bootstrap interval, and a one-line
+(runs_export.json) or CSVs of runs. A CSV side is read as `analysis.fit --csv` reads one, with
+the same column options: --n-col COL applies to every CSV side, --n-col-a / --n-col-b to one
+(and wins over the shared one); likewise --d-col, --c-col, --loss-col, --budget-col, --where and
+--drop-highest-loss. Two recipes of one published file:
+
+    python -m analysis.compare runs.csv runs.csv --c-col flops \
+        --where-a "dataset == 'rw'" --where-b "dataset == 'owt2'"
+
+Prints the compute multiplier of B over A at every budget and at each --flops (marked when it
+extrapolates), both sides' a, tokens per parameter and frontier exponent with their difference, each with a 95% bootstrap interval, and a one-line
 verdict (analysis.comparison). With --out: compare.json, compare.md and figures/compare.png.
 Input errors print one line and exit with status 2.
 """
@@ -18,10 +25,12 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from analysis.cli import Parser, run_main
 from analysis.comparison import Comparison, check_comparable, compare
+from analysis.errors import DataError
 from analysis.inputs import BOOTSTRAP, SEED, finite_positive
 from analysis.runs.table import RunsTable
 from analysis.text import markdown_inline
@@ -30,7 +39,10 @@ from pipeline.planned_view import SWEEP_FILE_VIEW
 
 def parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m analysis.compare", description=__doc__.split("\n")[0],
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+               formatter_class=argparse.RawDescriptionHelpFormatter,
+               epilog="two recipes of one published CSV:\n  python -m analysis.compare "
+                      "runs.csv runs.csv --c-col flops \\\n    --where-a \"dataset == 'rw'\" "
+                      "--where-b \"dataset == 'owt2'\"")
     p.add_argument("a", help="the baseline: sweep name, runs_export.json or CSV")
     p.add_argument("b", help="the recipe compared with it (same kinds of input)")
     p.add_argument("--flops", type=finite_positive, action="append", default=[], metavar="C",
@@ -44,6 +56,10 @@ def parser() -> argparse.ArgumentParser:
                    help="A's sweep file: only the runs it plans now (as --sweep-file elsewhere)")
     p.add_argument("--sweep-file-b", metavar="FILE", help="the same for B")
     p.set_defaults(sweep_file_view=SWEEP_FILE_VIEW)  # how the planner reads those files
+    _add_csv_options(p)
+    p.add_argument("--holdout-above", type=finite_positive, metavar="C",
+                   help="leave every run whose budget (or C) is above C out of both frontiers "
+                        "(a backtest: --flops C' then compares them where neither was fitted)")
     p.add_argument("--bootstrap", type=BOOTSTRAP, default=200, metavar="N",
                    help="resamples per side (default 200; 0: no intervals)")
     p.add_argument("--seed", type=SEED, default=0)
@@ -52,20 +68,88 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+CSV_OPTIONS: tuple[tuple[str, str, dict], ...] = (
+    ("n-col", "column of N (parameters)", {}),
+    ("d-col", "column of D (tokens); without one, D = C/(6N)", {}),
+    ("c-col", "column of C (FLOPs); without one, C = 6ND", {}),
+    ("loss-col", "column of the final loss", {}),
+    ("budget-col", "column of the IsoFLOP budget (default: runs whose C agree within 1%%)", {}),
+    ("where", "keep the rows that meet EXPR: COL OP VALUE joined by 'and' (e.g. \"N >= 1e8 "
+              "and model_type == 'dense'\")", {"metavar": "EXPR"}),
+    ("drop-highest-loss", "drop the K highest-loss rows", {"type": int, "metavar": "K"}),
+)
+"""analysis.cli.add_input_arguments' CSV options, each for both sides and for one side.
+Why both: one published file often holds both recipes (one --c-col, a --where-a and a
+--where-b), and two files of different sources name their columns differently."""
+
+
+def _add_csv_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group(
+        "CSV sides", "as analysis.fit's --csv options: --OPTION applies to every CSV side,\n"
+                     "--OPTION-a / --OPTION-b to A's or B's alone (and wins over --OPTION)")
+    for name, what, extra in CSV_OPTIONS:
+        kw = {"metavar": "COL", **extra}
+        group.add_argument(f"--{name}", help=what, **kw)
+        group.add_argument(f"--{name}-a", help="A's only", **kw)
+        group.add_argument(f"--{name}-b", help="B's only", **kw)
+
+
+def _side_option(args: argparse.Namespace, name: str, side: str) -> tuple[object, str]:
+    """A CSV option's value for ``side`` ("A" or "B") and how errors name it: the option
+    given, else both spellings."""
+    own, shared = f"--{name}-{side.lower()}", f"--{name}"
+    value = getattr(args, own[2:].replace("-", "_"), None)
+    if value is not None:
+        return value, own
+    value = getattr(args, shared[2:].replace("-", "_"), None)
+    return value, shared if value is not None else f"{own} (or {shared})"
+
+
+def _csv_side(spec: str, args: argparse.Namespace, side: str,
+              log: Callable[[str], None]) -> RunsTable:
+    """A CSV side, read with the CSV options that apply to it (``_side_option``)."""
+    from analysis.runs.load import load_csv
+
+    got = {name: _side_option(args, name, side) for name, _, _ in CSV_OPTIONS}
+    flags = {f"--{name}": flag for name, (_, flag) in got.items()}
+    value = {name: v for name, (v, _) in got.items()}
+    return load_csv(spec, option=side, flags=flags, n_col=value["n-col"],
+                    d_col=value["d-col"], c_col=value["c-col"], loss_col=value["loss-col"],
+                    budget_col=value["budget-col"], where=value["where"],
+                    drop_highest_loss=value["drop-highest-loss"] or 0, log=log)
+
+
+def check_csv_options(args: argparse.Namespace) -> None:
+    """DataError for a CSV option given for a side that is not a CSV: it would be ignored."""
+    csv_sides = {side for side, spec in (("A", args.a), ("B", args.b)) if spec.endswith(".csv")}
+    for name, _, _ in CSV_OPTIONS:
+        for side in ("A", "B"):
+            if side not in csv_sides and getattr(args, f"{name}_{side.lower()}".replace("-", "_"),
+                                                 None) is not None:
+                raise DataError(f"--{name}-{side.lower()}: side {side} ({_spec(args, side)}) "
+                                "is not a CSV; the CSV options apply to a .csv side only")
+        if not csv_sides and getattr(args, name.replace("-", "_"), None) is not None:
+            raise DataError(f"--{name}: neither A nor B is a CSV; the CSV options apply to a "
+                            ".csv side only")
+
+
+def _spec(args: argparse.Namespace, side: str) -> str:
+    return str(args.a if side == "A" else args.b)
+
+
 def load_side(spec: str, sweep_file: str | None, args: argparse.Namespace,
-              side: str = "A") -> RunsTable:
+              side: str = "A", log: Callable[[str], None] | None = None) -> RunsTable:
     """A sweep name, a runs export (.json) or a CSV (.csv) as a runs table; a sweep's runs
     are those of the plan its ledger records, or with a sweep file those the file plans now
-    (as the other commands' --sweep-file). ``side`` names the argument in errors."""
+    (as the other commands' --sweep-file). ``side`` names the argument in errors; ``log``
+    takes what reading it says (default: stderr at once)."""
     from analysis.cli import file_plan, flops_convention
 
     asked = argparse.Namespace(sweep=spec, sweep_file=sweep_file, export=None,
                                flops_convention=args.flops_convention,
                                sweep_file_view=getattr(args, "sweep_file_view", None))
     if spec.endswith(".csv"):
-        from analysis.runs.load import load_csv
-
-        runs = load_csv(spec, option=side)
+        runs = _csv_side(spec, args, side, log or _stderr)
     elif spec.endswith(".json"):
         from analysis.runs.export import read_export
 
@@ -75,9 +159,13 @@ def load_side(spec: str, sweep_file: str | None, args: argparse.Namespace,
 
         data = load_sweep(spec, tracking_uri=args.tracking_uri,
                           flops_convention=flops_convention(asked), with_curves=False,
-                          use_plan=not sweep_file)
+                          use_plan=not sweep_file, log=log or _stderr)
         return file_plan(asked, data.runs, data.plan) if sweep_file else data.runs
     return file_plan(asked, runs, runs.plan) if sweep_file else runs
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def _num(x: float) -> float | None:
@@ -162,10 +250,15 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.report import check_target
 
         check_target(Path(args.out), "compare.json", "comparison")
-    a = load_side(args.a, args.sweep_file_a, args, "A")
-    b = load_side(args.b, args.sweep_file_b, args, "B")
+    check_csv_options(args)
+    notes: list[str] = []  # printed once both sides are read: a refusal is one line alone
+    a = load_side(args.a, args.sweep_file_a, args, "A", notes.append)
+    b = load_side(args.b, args.sweep_file_b, args, "B", notes.append)
+    for note in notes:
+        _stderr(note)
     unchecked = check_comparable(a, b)
-    result = compare(a, b, larger=args.flops, bootstrap=args.bootstrap, seed=args.seed)
+    result = compare(a, b, larger=args.flops, bootstrap=args.bootstrap, seed=args.seed,
+                     holdout_above=args.holdout_above)
     out = to_json(result, unchecked)
     if args.out is not None:
         from analysis.report import check_target, staged_folder

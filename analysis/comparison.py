@@ -199,10 +199,13 @@ def _convention(text: str) -> str | None:
 
 
 def compare(a_runs: RunsTable, b_runs: RunsTable, *, larger: Sequence[float] = (),
-            bootstrap: int = 200, seed: int = 0) -> Comparison:
-    """Fit both sweeps' frontiers, compare them at every budget and at ``larger`` ones."""
+            bootstrap: int = 200, seed: int = 0,
+            holdout_above: float | None = None) -> Comparison:
+    """Fit both sweeps' frontiers, compare them at every budget and at ``larger`` ones
+    (``holdout_above``: runs above that cost are left out of both, as in analysis.analyze)."""
     check_comparable(a_runs, b_runs)
-    a_fit, b_fit = select_runs(a_runs).fitted, select_runs(b_runs).fitted
+    a_fit = select_runs(a_runs, holdout_above=holdout_above).fitted
+    b_fit = select_runs(b_runs, holdout_above=holdout_above).fitted
     fa, fb = frontier(a_fit), frontier(b_fit)
     top = max(max(fa.budgets), max(fb.budgets))
     flops = tuple(sorted({*fa.budgets, *fb.budgets, *(float(c) for c in larger)}))

@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=approaches, reference_flops=args.reference_flops,
                      n_jobs=args.jobs, max_epochs=args.max_epochs,
+                     holdout_above=args.holdout_above,
                      bootstrap_by=args.bootstrap_by)
     if args.json:
         print(json.dumps(analysis_to_json(result), indent=2, allow_nan=False))

@@ -6,7 +6,8 @@
 
 Prints N_opt, D_opt, tokens per parameter and (Approach 3) the predicted loss, each with its
 95% bootstrap interval, then the nearest buildable shape of the sweep's family as a sweep file
-to run, or with --write FILE the next sweep file with the source sweep's whole recipe
+to run (a CSV names no family: a stand-in gpt shape where one is near N_opt, else the
+allocation alone and why), or with --write FILE the next sweep file with the source sweep's whole recipe
 (pipeline/next_sweep.py). C is in the fits' convention: --flops-convention, else the sweep
 file's (or the export's), else the one the sweep planned in (recorded in its ledger), else
 the one its runs recorded, else 6·N·D.
@@ -34,12 +35,15 @@ from analysis.cli import (
 from analysis.errors import DataError, FitError
 from analysis.fits.table import predictable
 from analysis.inputs import BOOTSTRAP, SEED, check_new_file, finite_positive
-from analysis.runs.shapes import ShapeChoice, nearest_shape
+from analysis.runs.shapes import DEFAULT_FAMILY, DEFAULT_SEQ_LEN, ShapeChoice, nearest_shape
 from analysis.schema import clean
 from analysis.text import fmt, fmt_interval
 from pipeline.planned_view import SWEEP_FILE_VIEW
 
 QUANTITIES = ("n_opt", "d_opt", "tokens_per_param", "loss_opt")
+STAND_IN = (f"a stand-in: published data names no model family, so the shape is "
+            f"{DEFAULT_FAMILY}'s with a byte vocabulary")
+"""shape_note beside a CSV's shape: it is not the family the published runs trained."""
 CHINCHILLA_TOKENS_PER_PARAM = 20.0
 """D/N at the optimum (Hoffmann et al. 2022): the stand-in prediction with which --write's
 file is checked before the fit."""
@@ -80,18 +84,23 @@ def predict(args: argparse.Namespace) -> dict:
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=(args.approach,), reference_flops=args.flops,
                      conventions=False, max_epochs=args.max_epochs,
+                     holdout_above=args.holdout_above, backtests=False,
                      bootstrap_by=args.bootstrap_by)
     est = result.approaches()[args.approach]
     if isinstance(est, Skipped):
         raise FitError(f"approach {args.approach} cannot be fitted: {est.reason}")
     shape = nearest_shape(est.point["n_opt"], args.flops, runs)
+    stand_in = runs.family() is None  # published data: the shape is a stand-in's, if any
+    if stand_in and not isinstance(shape, ShapeChoice):
+        shape = published_shape_note(est.point["n_opt"])
     name = f"{args.sweep or 'published'}-optimal"
     out = {
         "source": result.source, "approach": args.approach, "flops": args.flops,
         **{q: est.point[q] for q in QUANTITIES if q in est.point},
         "ci95": {q: est.ci95(q).as_list() for q in QUANTITIES if est.ci95(q) is not None},
         "shape": shape.__dict__ if isinstance(shape, ShapeChoice) else None,
-        "shape_note": "" if isinstance(shape, ShapeChoice) else shape,
+        "shape_note": (STAND_IN if stand_in else "") if isinstance(shape, ShapeChoice)
+        else shape,
         "snippet": shape.sweep_snippet(name, args.flops) if isinstance(shape, ShapeChoice)
         else "",
     }
@@ -99,6 +108,16 @@ def predict(args: argparse.Namespace) -> dict:
         _next_sweep(args, est.point["n_opt"], est.point["d_opt"], write=True)
         out["written"] = args.write
     return clean(out)
+
+
+def published_shape_note(n_opt: float) -> str:
+    """Why a CSV's prediction has no shape. Why not the shape rule's own reason ("raise
+    max_depth"): published runs name no family, so the rule is a stand-in's (gpt, bytes)
+    that no option of this command changes; the allocation is the answer."""
+    return (f"the runs name no model family (published data), and the stand-in "
+            f"{DEFAULT_FAMILY} shapes (byte vocabulary, sequence {DEFAULT_SEQ_LEN}) have none "
+            f"near N_opt = {n_opt:.3g}; the allocation above is the prediction, and a "
+            "buildable shape needs a sweep's family (--sweep or --export)")
 
 
 def _next_sweep(args: argparse.Namespace, n_opt: float, d_opt: float, *, write: bool) -> None:
@@ -142,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"No buildable shape: {out['shape_note']}")
     else:
         s = out["shape"]
-        console.print(f"Nearest {s['family']} shape: n_layer={s['n_layer']}, "
+        stand_in = f" ({out['shape_note']})" if out["shape_note"] else ""
+        console.print(f"Nearest {s['family']} shape{stand_in}: n_layer={s['n_layer']}, "
                       f"d_model={s['d_model']}, n_heads={s['n_heads']}: "
                       f"N = {s['params_total']:,} parameters, D = {s['tokens']:.4g} "
                       f"{'images' if s.get('image') else 'tokens'}")

@@ -144,13 +144,12 @@ def check_lines(result: Analysis) -> list[str]:
                      f"{len(comp.pairs)} pair(s) (standard error {fmt(comp.se_difference)})")
     verdict = result.verdict
     if verdict is not None:
-        lines += [f"Law {v.approach}: {'describes' if v.describes else 'does not describe'} "
-                  f"the runs ({v.reason()})" for v in verdict.laws]
+        lines += [f"Law {v.approach}: {v.reason()}" for v in verdict.laws]
         head = result.fits.get(verdict.headline) if verdict.headline else None
         if isinstance(head, Estimate):
             lines.append(
                 f"Headline ({verdict.headline}"
-                f"{'' if verdict.headline_describes else ', does NOT describe the runs'}): "
+                f"{'' if verdict.headline_describes else ', residuals ' + verdict.headline_state}): "
                 f"a = {fmt(head.point['a'])} {fmt_interval(head.ci95('a'))}, "
                 f"{fmt(head.point['tokens_per_param'])} "
                 f"{fmt_interval(head.ci95('tokens_per_param'))} "

@@ -100,7 +100,7 @@ def regenerate_command(args: argparse.Namespace) -> str:
         parts += ["--csv", args.csv]
         for flag, value in (("--n-col", args.n_col), ("--d-col", args.d_col),
                             ("--c-col", args.c_col), ("--loss-col", args.loss_col),
-                            ("--budget-col", args.budget_col)):
+                            ("--budget-col", args.budget_col), ("--where", args.where)):
             if value is not None:
                 parts += [flag, value]
         if args.drop_highest_loss:
@@ -113,8 +113,10 @@ def regenerate_command(args: argparse.Namespace) -> str:
     if args.flops_convention is not None:
         parts += ["--flops-convention", args.flops_convention]
     parts += ["--bootstrap", str(args.bootstrap), "--seed", str(args.seed)]
-    if args.bootstrap_by != "run":
+    if args.bootstrap_by != "auto":
         parts += ["--bootstrap-by", args.bootstrap_by]
+    if args.holdout_above is not None:
+        parts += ["--holdout-above", f"{args.holdout_above:g}"]
     # Not --jobs: the intervals are the same with any number of processes.
     if args.prompt != PROMPT:
         parts += ["--prompt", args.prompt]
@@ -271,8 +273,9 @@ def write_report(args: argparse.Namespace, *, log: Callable[[str], None] = _log,
                               # only when given: reports made before the option stay current
                               **({"max_epochs": args.max_epochs}
                                  if args.max_epochs is not None else {}),
-                              **({"bootstrap_by": args.bootstrap_by}
-                                 if args.bootstrap_by != "run" else {})})
+                              "bootstrap_by": args.bootstrap_by,
+                              **({"holdout_above": args.holdout_above}
+                                 if args.holdout_above is not None else {})})
     if not args.force and is_current(out, key):
         log(f"report: {out} kept: it was made from the same runs, curves, sweep file, "
             f"options and code (--force makes it again); checked in "
@@ -293,6 +296,7 @@ def write_report(args: argparse.Namespace, *, log: Callable[[str], None] = _log,
         t0, cpu0 = time.monotonic(), time.process_time()
         result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                          n_jobs=args.jobs, max_epochs=args.max_epochs, conventions=False,
+                         holdout_above=args.holdout_above,
                          progress=lambda line: log(f"report: {line}"),
                          bootstrap_by=args.bootstrap_by)
         log(f"report: fits with {args.bootstrap} bootstrap resamples in "
@@ -300,7 +304,7 @@ def write_report(args: argparse.Namespace, *, log: Callable[[str], None] = _log,
         # The refits under the other conventions (analyze's last step) run in a worker while
         # this process draws the figures, which do not show them (issue 21: ~2 s each).
         refits = in_worker(timed_refit_conventions, result.fitted_runs, tuple(result.fits),
-                           args.bootstrap, args.seed, 1, args.bootstrap_by)
+                           args.bootstrap, args.seed, 1, result.bootstrap_by)
         with staged_folder(out) as tmp:
             t0, cpu0 = time.monotonic(), time.process_time()
             # The figures draw the fitted points (seeds averaged, held-out runs apart).

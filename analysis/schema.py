@@ -16,6 +16,7 @@ import numpy as np
 
 from analysis.checks.conventions import ConventionTable, GeneralAllocation
 from analysis.checks.heldout import FrontierLaw, HoldoutCheck
+from analysis.checks.identification import flags_of
 from analysis.checks.noise import NoiseEstimate
 from analysis.checks.schedules import ScheduleComparison
 from analysis.checks.verdict import summarise
@@ -61,6 +62,25 @@ def estimate_to_json(name: str, est: Estimate | Skipped) -> dict[str, Any]:
 
 def _skipped(reason: str) -> dict[str, Any]:
     return {"status": "skipped", "reason": reason}
+
+
+def _summary(result: Analysis) -> dict[str, Any] | None:
+    """fit.json's "summary"; its headline gains the words of its law's parameters that the
+    runs do not identify, and the ranges of a and tokens per parameter across the laws and the
+    fit windows (analysis.checks.model_spread)."""
+    if result.verdict is None:
+        return None
+    out = summarise(result.fits, result.verdict, result.reference_flops)
+    head = result.fits.get(result.verdict.headline or "")
+    if out["headline"] is not None and isinstance(head, Estimate):
+        # What the runs do not pin down of the headline law (analysis.checks.identification).
+        out["headline"]["not_identified"] = [f.words for f in flags_of(head.fit)]
+    spread = result.model_spread
+    if out["headline"] is not None and not isinstance(spread, Skipped):
+        out["headline"]["model_spread"] = {
+            q: {"laws": spread.laws[q].range, "windows": spread.windows[q].range}
+            for q in spread.laws}
+    return out
 
 
 def noise_to_json(noise: NoiseEstimate | Skipped) -> dict[str, Any]:
@@ -161,6 +181,7 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
             "points": len(sel.fitted), "schedule": sel.schedule,
             "averaged_runs": sel.n_averaged,
             "holdout_runs": 0 if sel.holdout is None else len(sel.holdout),
+            "holdout_above": sel.holdout_above,
             "left_out": [{"run": e.run, "reason": e.reason} for e in sel.left_out],
             "repeated_data": [{"run": run, "epochs": epochs} for run, epochs in sel.repeated],
         },
@@ -182,10 +203,14 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
                       {"status": "ok",
                        "pairs": [row.to_json_dict() for row in result.agreement]}),
         "holdout": holdout_to_json(result.holdout),
+        "backtest": (_skipped(result.backtests.reason) if isinstance(result.backtests, Skipped)
+                     else result.backtests.to_json_dict()),
+        "model_spread": (_skipped(result.model_spread.reason)
+                         if isinstance(result.model_spread, Skipped)
+                         else result.model_spread.to_json_dict()),
         "laws": ([] if result.verdict is None else
                  [v.to_json_dict() for v in result.verdict.laws]),
-        "summary": (None if result.verdict is None else
-                    summarise(result.fits, result.verdict, result.reference_flops)),
+        "summary": _summary(result),
         "convention_refits": conventions_to_json(result.convention_refits),
         "schedules": schedules_to_json(result.schedules),
     })

@@ -71,7 +71,7 @@ def test_json_is_strict_and_has_the_documented_shape(result):
                         "reference_flops", "bootstrap", "approaches", "comparison",
                         "extrapolation", "fitted", "noise", "residuals", "holdout",
                         "convention_refits", "schedules", "noise_split", "noise_propagation",
-                        "agreement", "laws", "summary"}
+                        "agreement", "laws", "summary", "backtest", "model_spread"}
     assert out["noise_split"] is None
     assert out["noise_propagation"]["status"] == "skipped"
     # No seeds, no held-out runs, no WSD runs: each check says so instead of inventing one.
@@ -79,7 +79,8 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     assert out["schedules"] == {"status": "skipped",
                                 "reason": "no cell has both a cosine and a WSD run"}
     assert out["fitted"] == {"points": 63, "schedule": "", "averaged_runs": 0,
-                             "holdout_runs": 0, "left_out": [], "repeated_data": []}
+                             "holdout_runs": 0, "holdout_above": None, "left_out": [],
+                             "repeated_data": []}
     assert [r["what"] for r in out["residuals"]][:2] == ["Approach 3", "Approach 2, budget 1e+17"]
     assert all(r["ratio"] is None for r in out["residuals"])  # no noise scale to judge by
     assert out["approaches"]["1"] == {"status": "skipped", "reason": "no training curves"}
@@ -98,6 +99,18 @@ def test_json_is_strict_and_has_the_documented_shape(result):
     # No noise measured: no law can be said to describe the runs; the headline says so.
     assert out["summary"]["headline"]["describes_runs"] is False
     assert all(law["residual_noise_ratio"] is None for law in out["laws"])
+    assert {law["state"] for law in out["laws"]} == {"cannot be judged"}
+    # No held-out runs; a rolling-origin backtest over the 7 budgets: 5 steps, every law.
+    test = out["backtest"]
+    assert test["status"] == "skipped" and test["rolling"]["status"] == "ok"
+    steps = test["rolling"]["steps"]
+    assert [s["n_fitted"] for s in steps] == [18, 27, 36, 45, 54]
+    assert all(len(s["cells"]) == 9 for s in steps)
+    worst = test["rolling"]["max_abs_rel_error"]
+    assert set(worst) == {"3", "interaction", "kaplan_joint", "quadratic"}
+    assert worst["3"] < 0.02  # the law the data were drawn from (0.5% noise)
+    assert out["summary"]["headline"]["backtest_max_abs_rel_error"] == min(
+        worst[k] for k in ("3", "interaction", "kaplan_joint"))
 
 
 def test_a_single_budget_skips_approaches_2_and_3_with_the_reason():

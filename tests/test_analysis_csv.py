@@ -162,6 +162,7 @@ def test_predict_on_published_data_uses_a_default_gpt_shape(capsys):
     shape = out["shape"]
     assert (shape["family"], shape["vocab_size"], shape["seq_len"]) == ("gpt", 256, 256)
     assert 0.5 < shape["params_total"] / out["n_opt"] < 2.0
+    assert out["shape_note"].startswith("a stand-in: published data names no model family")
     assert parse_sweep(out["snippet"], "snippet.yaml").runs[0].n_layer == shape["n_layer"]
 
 
@@ -170,7 +171,10 @@ def test_predict_beyond_the_family_says_why_there_is_no_shape(capsys):
 
     assert main([*EPOCH_ARGS, "--flops", "5.76e23", "--bootstrap", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["shape"] is None and "above the largest gpt shape" in out["shape_note"]
+    # Published runs name no family: the stand-in's rule and its "raise max_depth" are not
+    # the user's to change, so the note says what a shape needs instead.
+    assert out["shape"] is None and "max_depth" not in out["shape_note"]
+    assert out["shape_note"].startswith("the runs name no model family (published data)")
     assert np.log10(out["n_opt"]) == pytest.approx(np.log10(7e10), abs=0.3)  # Chinchilla 70B
 
 

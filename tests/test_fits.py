@@ -236,7 +236,8 @@ def test_analyze_by_budget_records_the_scheme_and_draws_other_resamples() -> Non
     then has too few, so Approach 2 can fail on a resample either way.)"""
     runs = isoflop_runs(ChinchillaLaw(), np.logspace(18, 20, 3), sizes_per_budget=5,
                         noise=0.002, seed=1)
-    pooled = analyze(runs, bootstrap=60, seed=0, approaches=("2", "3"), conventions=False)
+    pooled = analyze(runs, bootstrap=60, seed=0, approaches=("2", "3"), conventions=False,
+                     bootstrap_by="run")
     within = analyze(runs, bootstrap=60, seed=0, approaches=("2", "3"), conventions=False,
                      bootstrap_by="budget")
     assert (pooled.bootstrap_by, within.bootstrap_by) == ("run", "budget")

@@ -113,7 +113,7 @@ def test_the_builtin_lists_are_the_ones_once_spelled_out_by_hand():
     assert _choices(predict_command.parser()) == list(BUILTIN_PREDICTED)
     assert _choices(fit_command.parser()) == [*table.FITS, "all"]
     assert headline_rule().startswith(
-        "among the parametric laws (3, interaction, kaplan_joint) that describe the runs")
+        "among the parametric laws (3, interaction, kaplan_joint) whose residuals are not beyond")
     assert "shared" not in LAWS and "shared" not in table.FITS
 
 
@@ -135,7 +135,7 @@ def test_a_registered_law_is_on_every_list_it_declares(toy):
     assert table.compared() == table.allocations() == (*BUILTIN_ALLOCATIONS, "shared")
     assert _choices(predict_command.parser()) == [*BUILTIN_PREDICTED, "shared"]
     assert "shared" in _choices(fit_command.parser())
-    assert "kaplan_joint, shared) that describe" in headline_rule()
+    assert "kaplan_joint, shared) whose residuals" in headline_rule()
 
 
 def test_a_registered_law_is_judged_compared_reported_and_in_fit_json(toy, runs):

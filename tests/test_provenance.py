@@ -29,7 +29,8 @@ def test_the_regenerate_command_holds_no_absolute_path(monkeypatch):
         sweep_file=str(PACKAGE_ROOT / "sweeps" / "chinchilla.yaml"), name=None,
         out=str(PACKAGE_ROOT / "reports" / "chinchilla"), flops_convention="exact",
         bootstrap=1000, seed=0, bootstrap_by="run", jobs=1, prompt="def ", n_col=None,
-        d_col=None, c_col=None, loss_col=None, budget_col=None, drop_highest_loss=0)
+        d_col=None, c_col=None, loss_col=None, budget_col=None, drop_highest_loss=0,
+        where=None, holdout_above=None)
     command = regenerate_command(args)
     assert not ABSOLUTE.search(command), command
     assert "--sweep-file sweeps/chinchilla.yaml --out reports/chinchilla" in command

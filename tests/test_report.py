@@ -149,7 +149,8 @@ def test_fit_json_has_the_fit_schema_and_runs_csv_the_runs(sweep_report):
     fit = json.loads((sweep_report / "fit.json").read_text())
     assert fit["schema"] == "scaling-analysis/1"
     assert fit["n_runs"] == len(BUDGETS) * len(SIZES)
-    assert fit["bootstrap"] == {"resamples": 40, "seed": 0, "by": "run"}
+    # An IsoFLOP design: resampled within its budgets by default (--bootstrap-by auto).
+    assert fit["bootstrap"] == {"resamples": 40, "seed": 0, "by": "budget"}
     assert [e["run"] for e in fit["excluded"]] == ["gpt-div"]
     assert {k: v["status"] for k, v in fit["approaches"].items()} == {
         "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok", "interaction": "ok",

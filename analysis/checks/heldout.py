@@ -2,8 +2,8 @@
 
 Why: the internal extrapolation check (``analysis.checks.extrapolation``) hides a budget the sweep
 was designed around; a held-out run (tag ``role = holdout``, usually at a larger budget than
-any fitted one) is a prediction made before looking. The issue's target is a relative error
-below 2% (``TARGET``).
+any fitted one) is a prediction made before looking. One target for every such prediction in
+the analysis and the report: a relative error within 2% (``TARGET``).
 
 Two predictors, so a verdict never rests on one model:
 
@@ -39,7 +39,11 @@ from analysis.numerics.bootstrap import LEVEL, Interval
 from analysis.runs.table import RunsTable
 
 TARGET = 0.02
-"""|predicted − observed| / observed below this counts as a good prediction (the issue's 2%)."""
+"""|predicted − observed| / observed at most this counts as a good prediction of a held-out run,
+everywhere in the analysis and the report (issue 51: 1% in one section and 2% in another). Why
+2%: on the committed studies one run's loss scatters by σ ≈ 1.1-1.2% between seeds
+(reports/chinchilla*/fit.json, noise.rel_sigma), so a held-out cell of 4 seeds is known to
+~0.6%; 2% leaves the law about three times that for its own error at a 3x larger budget."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ class HoldoutCheck:
 
     def within_target(self, predictor: str) -> bool | None:
         worst = self.max_abs_error(predictor)
-        return None if worst is None else worst < self.target
+        return None if worst is None else worst <= self.target
 
 
 def _interval(est: Estimate[Approach3Fit], n: float, d: float) -> Interval | None:

@@ -55,6 +55,12 @@ GRADIENT_TOLERANCE = 1e-6
 WHAT = "Approach 3 (L = E + A/N^alpha + B/D^beta)"
 DEFAULT_KEEP = 20
 """Screened grid starts that L-BFGS-B runs from (``keep=None``: all of them)."""
+BOUNDS: dict[str, tuple[float, float]] = {
+    "E": (0.0, np.inf), "A": (0.0, np.inf), "B": (0.0, np.inf),
+    "alpha": (0.0, np.inf), "beta": (0.0, np.inf)}
+"""Each parameter's bounds in the fit (analysis.checks.identification reads them). L-BFGS-B runs
+unbounded in θ = (ln A, ln B, ln E, α, β): E, A and B reach their bound 0 only as their log
+runs to −∞, and an end point with α or β ≤ 0 is rejected (``_fit_at``)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,9 @@ class Approach3Fit:
     delta: float = HUBER_DELTA
     theta: tuple[float, ...] = field(default=(), repr=False)
     """The optimum as (ln A, ln B, ln E, α, β): a warm start for bootstrap refits."""
+    identification: object = field(default=(), repr=False, compare=False)
+    """The parameters the runs do not identify: on the table's full-data fit, an
+    analysis.checks.identification.Pending (read it with its ``flags_of``); () elsewhere."""
 
     @property
     def a(self) -> float:

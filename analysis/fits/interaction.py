@@ -39,7 +39,7 @@ from analysis.fits.approach3 import (
     StartGrid,
     prepare,
 )
-from analysis.fits.laws import Law, run_law
+from analysis.fits.laws import FitLaw, Law, run_law
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
 from analysis.numerics.batched import columns, minimize_batch, resample_counts
@@ -48,6 +48,12 @@ from analysis.numerics.threads import single_threaded_blas
 WHAT = "Interaction law (L = E + (A/N^alpha + B/D^beta)^gamma)"
 GAMMA_STARTS = (0.5, 1.0, 2.0)
 GAMMA_MIN, GAMMA_MAX = 0.05, 10.0
+BOUNDS: dict[str, tuple[float, float]] = {
+    "E": (0.0, np.inf), "A": (0.0, np.inf), "B": (0.0, np.inf),
+    "alpha": (0.0, np.inf), "beta": (0.0, np.inf), "gamma": (GAMMA_MIN, GAMMA_MAX)}
+"""Each parameter's bounds in the fit (analysis.checks.identification reads them): γ's are
+L-BFGS-B's; E, A and B reach 0 only as their log runs to −∞ (the optimiser works with logs);
+α, β ≤ 0 is rejected (``_law_at``)."""
 BOOTSTRAP_STARTS = 3
 """Screened full-data grid starts each bootstrap refit also runs from (as Approach 3)."""
 RESAMPLE_STARTS = 8
@@ -160,6 +166,9 @@ class InteractionLaw:
     backup_starts: tuple[tuple[float, ...], ...] = field(default=(), repr=False)
     """The screened full-data grid starts a bootstrap refit also tries."""
     n_params: int = N_PARAMS
+    identification: object = field(default=(), repr=False, compare=False)
+    """The parameters the runs do not identify: on the table's full-data fit, an
+    analysis.checks.identification.Pending (read it with its ``flags_of``); () elsewhere."""
 
     def log_loss(self, ln_n: np.ndarray, ln_d: np.ndarray) -> np.ndarray:
         return log_loss(np.asarray(self.theta), np.asarray(ln_n), np.asarray(ln_d))
@@ -291,8 +300,9 @@ def refit_batch(n: np.ndarray, d: np.ndarray, loss: np.ndarray, start: Interacti
     return out
 
 
-def run_interaction(inp: FitInput) -> Estimate | Skipped:
+def run_interaction(inp: FitInput, fit: FitLaw = fit_interaction) -> Estimate | Skipped:
     """The table entry: fit, allocation along the lines, bootstrap (analysis.fits.laws); the
-    bootstrap refits every resample at once (``refit_batch``)."""
-    return run_law(inp, fit_interaction, refit_batch)
+    bootstrap refits every resample at once (``refit_batch``). ``fit``: the full-data fit (the
+    table's carries the parameters the runs do not identify, analysis.checks.identification)."""
+    return run_law(inp, fit, refit_batch)
 

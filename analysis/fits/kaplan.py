@@ -46,6 +46,11 @@ from analysis.numerics.threads import single_threaded_blas
 WHAT_JOINT = "Kaplan joint L(N, D)"
 JOINT_LOWER = (1e-4, 1e-4, -np.inf, -np.inf)
 """Lower bounds of (α_N, α_D, ln N_c, ln D_c) in every fit of the joint law."""
+JOINT_BOUNDS: dict[str, tuple[float, float]] = {
+    "alpha_N": (JOINT_LOWER[0], np.inf), "alpha_D": (JOINT_LOWER[1], np.inf),
+    "N_c": (0.0, np.inf), "D_c": (0.0, np.inf)}
+"""The same bounds by parameter, in its own units (analysis.checks.identification reads them):
+N_c and D_c reach 0 only as their log runs to −∞."""
 JOINT_BATCH_TOL = 1e-8
 """ftol, xtol and gtol of the batched refit: SciPy least_squares' defaults, the reference's."""
 JOINT_BATCH_MAX_ITER = 500

@@ -27,6 +27,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from analysis.checks.identification import (
+    fit_identified_interaction,
+    fit_identified_joint,
+    flags_json,
+    with_approach3_flags,
+)
 from analysis.errors import FitError
 from analysis.fits.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
 from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
@@ -38,7 +44,6 @@ from analysis.fits.kaplan import (
     KaplanFit,
     KaplanJoint,
     bootstrap_kaplan,
-    fit_joint_law,
     fit_kaplan,
     refit_joint_batch,
 )
@@ -161,7 +166,8 @@ def _run_approach3(inp: FitInput) -> Estimate | Skipped:
     except FitError as err:
         return Skipped(str(err))
     return estimate(
-        lambda: fit_approach3(n, d, loss), lambda f: f.statistics(ref, lines),
+        lambda: with_approach3_flags(fit_approach3(n, d, loss), n, d, loss),
+        lambda f: f.statistics(ref, lines),
         _boot(inp, lambda f: bootstrap_approach3(n, d, loss, f, flops=ref,
                                                  n_resamples=inp.n_resamples, seed=inp.seed,
                                                  n_jobs=inp.n_jobs, lines=lines,
@@ -180,7 +186,7 @@ def _approach2_fields(fit: Approach2Fit) -> dict[str, Any]:
 def _approach3_fields(fit: Approach3Fit) -> dict[str, Any]:
     return {"objective": fit.objective, "converged": fit.converged, "n_points": fit.n_points,
             "n_starts": fit.n_starts, "n_optimized": fit.n_optimized,
-            "huber_delta": fit.delta}
+            "huber_delta": fit.delta, "identification": flags_json(fit)}
 
 
 # The built-in approaches; each has sections and figures of its own in the report. Approaches
@@ -216,12 +222,13 @@ def _law_fields(fit: LawFit) -> dict[str, Any]:
 def _interaction_fields(fit: LawFit) -> dict[str, Any]:
     law: InteractionLaw = fit.law
     return {**_law_fields(fit), "objective": law.objective, "converged": law.converged,
-            "n_points": law.n_points}
+            "n_points": law.n_points, "identification": flags_json(fit)}
 
 
 def _kaplan_joint_fields(fit: LawFit) -> dict[str, Any]:
     law: KaplanJoint = fit.law
-    return {**_law_fields(fit), "n_points": law.n_points, "rmse_log": law.rmse_log}
+    return {**_law_fields(fit), "n_points": law.n_points, "rmse_log": law.rmse_log,
+            "identification": flags_json(fit)}
 
 
 def _quadratic_fields(fit: LawFit) -> dict[str, Any]:
@@ -230,13 +237,17 @@ def _quadratic_fields(fit: LawFit) -> dict[str, Any]:
             "n_points": law.n_points}
 
 
+def _run_interaction(inp: FitInput) -> Estimate | Skipped:
+    return run_interaction(inp, fit_identified_interaction)  # the full-data fit's flags
+
+
 def _run_kaplan_joint(inp: FitInput) -> Estimate | Skipped:
-    return run_law(inp, fit_joint_law, refit_joint_batch)
+    return run_law(inp, fit_identified_joint, refit_joint_batch)  # the full-data fit's flags
 
 
 # The report shows them in its section on the laws and the allocation (analysis.reporting.laws).
 # Each is judged; the quadratic, a check that must not be extrapolated, never headlines.
-register(FitSpec("interaction", "Interaction law (L = E + (A/N^α + B/D^β)^γ)", run_interaction,
+register(FitSpec("interaction", "Interaction law (L = E + (A/N^α + B/D^β)^γ)", _run_interaction,
                  _interaction_fields, own_report_sections=True,
                  words="interaction law E + (A/N^α + B/D^β)^γ", n_params=INTERACTION_PARAMS,
                  judged=True, headline_candidate=True, allocation=True, agreement=True))

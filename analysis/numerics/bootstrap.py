@@ -7,11 +7,18 @@ sweep leaves a budget with too few model sizes) are counted, not hidden: ``n_fai
 first distinct reasons travel with the intervals, and the intervals come from the successful
 refits only (so they are conditional on a fit being possible).
 
-Two schemes (``BY``): "run" draws every unit from all of them (the default, as Besiroglu et
-al.); "budget" draws each IsoFLOP budget's units from that budget only (a stratified
-bootstrap: the budgets are the design, fixed, not sampled), so every resample has each budget
-with as many points as it has, where the pooled draw moves points between budgets. A budget's
-draw can still repeat sizes. Units outside any budget (grid and runs sweeps) form one stratum.
+Two schemes (``BY``): "run" draws every unit from all of them (as Besiroglu et al.);
+"budget" draws each IsoFLOP budget's units from that budget only (a stratified bootstrap: the
+budgets are the design, fixed, not sampled), so every resample has each budget with as many
+points as it has, where the pooled draw moves points between budgets. A budget's draw can
+still repeat sizes. Units outside any budget (grid and runs sweeps) form one stratum.
+
+The default, "auto" (``resolve_by``), is "budget" for an IsoFLOP design (two budgets or more)
+and "run" otherwise. Why (issue 51): on every committed IsoFLOP study the pooled draw fails in
+37-60% of resamples (a budget left with too few sizes for its parabola), so its intervals are
+conditional on the minority that could be fitted, while the stratified draw keeps the design
+the sweep fixed, fails far less and gives narrower intervals (docs/analysis.md, "Bootstrap
+within budgets", has the measurements).
 """
 
 from __future__ import annotations
@@ -27,8 +34,22 @@ from analysis.numerics.threads import single_threaded_blas
 
 DEFAULT_RESAMPLES = 1000
 LEVEL = 0.95
-BY: tuple[str, ...] = ("run", "budget")
-"""What a resample draws from: all runs, or the runs of the unit's own budget."""
+BY: tuple[str, ...] = ("auto", "run", "budget")
+"""What a resample draws from: all runs, or the runs of the unit's own budget; "auto" chooses
+(``resolve_by``)."""
+MIN_DESIGN_BUDGETS = 2
+"""Budgets from which "auto" treats the runs as an IsoFLOP design and resamples within them."""
+
+
+def resolve_by(asked: str, budget: np.ndarray) -> str:
+    """The scheme "auto" stands for on runs with these budget labels (NaN: none), or
+    ``asked`` itself when it names one (module docstring)."""
+    if asked not in BY:
+        raise ValueError(f"bootstrap_by must be one of {BY}, got {asked!r}")
+    if asked != "auto":
+        return asked
+    labels = np.unique(np.asarray(budget, dtype=float))
+    return "budget" if np.isfinite(labels).sum() >= MIN_DESIGN_BUDGETS else "run"
 MIN_PARALLEL_RESAMPLES = 100
 """Fewer resamples run in this process whatever ``n_jobs`` says: a spawned worker costs ~1 s
 of imports, a law's refit ~10-100 ms, so a pool pays off from about a hundred."""

@@ -15,8 +15,10 @@ import pandas as pd
 
 from analysis.analyze import Analysis, Estimate, Skipped
 from analysis.checks.extrapolation import ExtrapolationCheck
+from analysis.checks.identification import flags_of
 from analysis.checks.verdict import MAX_FAILED_FRACTION, interval_problem
 from analysis.fits.approach2 import BudgetMinimum, budget_minimum
+from analysis.reporting.backtest import backtest_section, backtest_summary
 from analysis.reporting.checks import (
     agreement_blocks,
     agreement_word,
@@ -107,7 +109,9 @@ def summary_lines(result: Analysis) -> list[str]:
     if noise is not None:
         checks.append(noise)
     headline = headline_line(result)
-    return ([] if headline is None else [headline]) + _fit_lines(result) + checks
+    tested = backtest_summary(result)
+    return ([] if headline is None else [headline]) + ([] if tested is None else [tested]) \
+        + _fit_lines(result) + checks
 
 
 def _fit_lines(result: Analysis) -> list[str]:
@@ -305,6 +309,8 @@ def approach3_section(result: Analysis, ri: ReportInput) -> list[Block]:
     rows = tuple((key, value_ci(est, key)) for key in
                  ("E", "A", "B", "alpha", "beta", "a", "b", "G", "loss_opt"))
     blocks.append(Table(("parameter", "estimate [95% interval]"), rows))
+    if flags := flags_of(est.fit):  # analysis.checks.identification
+        blocks.append(Bullets(tuple(flag.words for flag in flags)))
     fit = est.fit
     blocks.append(Paragraph(
         f"Huber δ = {fit.delta:g} on ln L, summed over {fit.n_points} runs; objective "
@@ -440,7 +446,8 @@ def build(result: Analysis, ri: ReportInput) -> list[Block]:
         Heading("Summary"),
         Bullets(tuple(summary_lines(result))),
     ]
-    return (header + isoflop_section(result, ri) + frontier_section(result, ri)
+    return (header + backtest_section(result)
+            + isoflop_section(result, ri) + frontier_section(result, ri)
             + allocation_section(result, ri) + laws_section(result)
             + kaplan_section(result, ri)
             + approach3_section(result, ri) + other_fits_section(result.fits)

@@ -20,8 +20,12 @@ D only, as Dubey et al. 2024, Fig. 2), C = 6·N·D when it has no C column. Opti
 batches' seed; default -1, unknown) and ``role`` ("main" or "holdout"; default "main") mark
 seed replicates and held-out runs; ``schedule``,
 ``lr``, ``N_kaplan`` and ``flops_<convention>`` are kept when present, so the runs.csv of a
-report loads back with what the fits need. Malformed input raises DataError naming the file
-and the column.
+report loads back with what the fits need. ``where`` keeps the rows that meet a filter such as
+``model_type == 'dense' and N >= 1e8`` (analysis.runs.published.parse_where: a small parser,
+never eval). Runs whose C agree within its BUDGET_RTOL form an IsoFLOP budget (or a budget
+column gives them, group_budgets); a C column is checked against 6ND for its unit
+(check_flop_units). Malformed input raises DataError naming the
+file and the column.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import io
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +44,8 @@ import pandas as pd
 from analysis.errors import DataError
 from analysis.inputs import read_input
 from analysis.runs.ledger_plan import no_progress_bars, read_plan
+from analysis.runs.published import check_flop_units, filter_rows, group_budgets
+from analysis.runs.published import flag_name as _flag
 from analysis.runs.table import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
 from pipeline.vocab import keys
 from pipeline.vocab.flops import CONVENTIONS
@@ -50,8 +56,6 @@ N_ALIASES = ("N", "params", "n_params", "Model Size", "param_count")
 D_ALIASES = ("D", "tokens", "n_tokens")
 C_ALIASES = ("C", "flops", "FLOPs", "Training FLOP", "compute")
 LOSS_ALIASES = ("loss", "Loss", "val_loss", "final_loss")
-MIN_BUDGET_RUNS = 3
-"""Runs with the same C (to 6 significant digits) form an IsoFLOP budget from this many on."""
 SHAPE_PARAMS = ("n_layer", "d_model", "n_heads", "vocab_size", "seq_len")
 IMAGE_PARAMS = ("image_size", "patch_size", "channels")
 """vit's image geometry (params ``model.<name>``), kept as columns where a run records it."""
@@ -345,18 +349,11 @@ def _numeric(frame: pd.DataFrame, col: str, path: Path) -> np.ndarray:
     return values
 
 
-def _budgets(c: np.ndarray) -> np.ndarray:
-    """C rounded to 6 significant digits where at least MIN_BUDGET_RUNS runs share it."""
-    rounded = np.array([float(f"{v:.6g}") for v in c])
-    labels, counts = np.unique(rounded, return_counts=True)
-    shared = set(labels[counts >= MIN_BUDGET_RUNS])
-    return np.array([v if v in shared else np.nan for v in rounded])
-
-
-def _budget_column(frame: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+def _budget_column(frame: pd.DataFrame, col: str, path: Path,
+                   flags: Mapping[str, str] | None = None) -> np.ndarray:
     """The budget of each run; blank where a run is not an IsoFLOP cell, never <= 0."""
     if col not in frame.columns:
-        raise DataError(f"{path}: no column {col!r} (--budget-col)")
+        raise DataError(f"{path}: no column {col!r} ({_flag(flags, '--budget-col')})")
     values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
     if (values <= 0).any():
         raise DataError(f"{path}: column {col!r} has value(s) <= 0")
@@ -395,9 +392,13 @@ def _optional_columns(source: pd.DataFrame, table: pd.DataFrame, path: Path) -> 
 def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = None,
              c_col: str | None = None, loss_col: str | None = None,
              budget_col: str | None = None, drop_highest_loss: int = 0,
-             log: Log = _stderr, option: str = "--csv") -> RunsTable:
+             log: Log = _stderr, option: str = "--csv", where: str | None = None,
+             flags: Mapping[str, str] | None = None) -> RunsTable:
     """Published runs from a CSV (one row per run). See the module docstring. ``option``
-    names the argument that gave ``path`` in errors (a FIFO or device is refused unread)."""
+    names the argument that gave ``path`` in errors (a FIFO or device is refused unread);
+    ``where`` keeps the rows that meet it (filter_rows), before anything else is read;
+    ``flags`` renames the column options in errors for a command that spells them otherwise
+    (analysis.compare's per-side options)."""
     path = Path(path)
     data = read_input(path, option)
     try:
@@ -409,24 +410,30 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
         reason = " ".join(str(err).split())  # one line (pandas' messages end in newlines)
         raise DataError(f"{path}: cannot read as CSV ({reason})") from err
     cols = list(frame.columns)
-    n_name = _pick(cols, n_col, N_ALIASES, path, "--n-col")
-    d_name = _pick(cols, d_col, D_ALIASES, path, "--d-col")
-    c_name = _pick(cols, c_col, C_ALIASES, path, "--c-col")
-    l_name = _pick(cols, loss_col, LOSS_ALIASES, path, "--loss-col")
+    n_name = _pick(cols, n_col, N_ALIASES, path, _flag(flags, "--n-col"))
+    d_name = _pick(cols, d_col, D_ALIASES, path, _flag(flags, "--d-col"))
+    c_name = _pick(cols, c_col, C_ALIASES, path, _flag(flags, "--c-col"))
+    l_name = _pick(cols, loss_col, LOSS_ALIASES, path, _flag(flags, "--loss-col"))
     if l_name is None:
         raise DataError(f"{path}: no loss column: none of {', '.join(LOSS_ALIASES)} (give "
-                        f"--loss-col); the columns are {', '.join(map(repr, cols))}")
+                        f"{_flag(flags, '--loss-col')}); the columns are "
+                        f"{', '.join(map(repr, cols))}")
     # Two of N, D, C give the third under C = 6·N·D, the convention of data published as
     # IsoFLOP points without N (Dubey et al. 2024, Fig. 2: C and D only).
     if [n_name, d_name, c_name].count(None) > 1:
-        missing = " and ".join(w for w, name in (("N (parameters, --n-col)", n_name),
-                                                 ("D (tokens, --d-col)", d_name),
-                                                 ("C (FLOPs, --c-col)", c_name)) if name is None)
+        missing = " and ".join(
+            f"{what}, {_flag(flags, flag)})" for what, flag, name in (
+                ("N (parameters", "--n-col", n_name), ("D (tokens", "--d-col", d_name),
+                ("C (FLOPs", "--c-col", c_name)) if name is None)
         raise DataError(f"{path}: needs two of N, D and C; no {missing} column (aliases "
                         f"{', '.join(N_ALIASES + D_ALIASES + C_ALIASES)}); the columns are "
                         f"{', '.join(map(repr, cols))}")
     if frame.empty:
         raise DataError(f"{path}: no rows")
+    if where is not None:
+        total = len(frame)
+        frame = filter_rows(frame, where, path, _flag(flags, "--where"))
+        log(f"{path}: {_flag(flags, '--where')} {where!r} keeps {len(frame)} of {total} rows")
     if not 0 <= drop_highest_loss < len(frame):
         raise DataError(f"{path}: cannot drop {drop_highest_loss} of {len(frame)} rows")
     loss = _numeric(frame, l_name, path)
@@ -441,13 +448,16 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
     else:
         d = _numeric(frame, d_name, path)
         n = c / (6.0 * d)
-    if c is None:
+    if c is not None:
+        check_flop_units(c, n, d, c_name=c_name, n_name=n_name, d_name=d_name, path=path)
+    else:
         c = 6.0 * n * d
     c_label = repr(c_name) if c_name else f"C = 6·N·D (columns {n_name!r}, {d_name!r})"
     if np.unique(np.round(c / c.max(), 9)).size < 2:
         raise DataError(f"{path}: column {c_label} has a single compute budget ({c[0]:.4g}); "
                         "scaling fits need at least two")
-    budget = _budget_column(frame, budget_col, path) if budget_col else _budgets(c)
+    budget = (_budget_column(frame, budget_col, path, flags) if budget_col
+              else group_budgets(c, n, path, log, flags))
     table = pd.DataFrame({
         "run_id": [f"line{i + 2}" for i in frame.index], "N": n, "D": d, "C": c, "loss": loss,
         "budget": budget, "N_kaplan": np.nan, "C_kaplan": np.nan, "family": "",
@@ -455,8 +465,9 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
     _optional_columns(frame, table, path)
     derived = ", N = C/(6D)" if not n_name else "" if d_name else ", D = C/(6N)"
     dropped = f", {drop_highest_loss} highest-loss rows dropped" if drop_highest_loss else ""
+    kept = f", rows where {where}" if where is not None else ""
     return RunsTable(
-        table, source=f"{path}{derived}{dropped}",
+        table, source=f"{path}{derived}{kept}{dropped}",
         n_convention=f"column {n_name!r}" if n_name else "C/(6D) (no N column)",
         c_convention=f"column {c_name!r}" if c_name else "6nd (6·N·D)",
     )

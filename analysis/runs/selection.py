@@ -4,6 +4,9 @@ Four rules, applied in this order, each leaving out runs with a reason:
 
 1. **Held-out runs are never fitted.** A run tagged ``role = holdout`` exists to test the
    law's prediction (``analysis.checks.heldout``); fitting it would make that test circular.
+   So does every run whose cost (its IsoFLOP budget label, or its C without one) is above
+   ``holdout_above`` (the CLIs' ``--holdout-above C``): a backtest of any sweep or published
+   ladder, whose held-out cells every law predicts (``analysis.checks.backtest``).
 2. **One learning-rate schedule.** A final loss depends on the schedule (a cosine run and
    a WSD run of the same N and D end at different losses), so mixing them would bend the
    law. When the main runs have several schedules the fits use the cosine runs (Chinchilla's
@@ -25,6 +28,7 @@ import numpy as np
 
 from analysis.checks.noise import collapse_replicates
 from analysis.errors import DataError
+from analysis.fits.optimum import line_costs
 from analysis.runs.table import Excluded, RunsTable
 from pipeline.vocab import keys
 
@@ -40,7 +44,7 @@ class FitSelection:
     replicates: RunsTable
     """The same runs before averaging: the input of the noise estimate."""
     holdout: RunsTable | None
-    """Runs with role "holdout" (None when there are none)."""
+    """Runs with role "holdout" or above ``holdout_above`` (None when there are none)."""
     schedule: str
     """The schedule of the fitted runs ("" when the runs do not record it)."""
     left_out: tuple[Excluded, ...]
@@ -48,6 +52,8 @@ class FitSelection:
     repeated data)."""
     repeated: tuple[tuple[str, float], ...] = ()
     """Fitted runs (before averaging) that trained more than one epoch: (name, epochs)."""
+    holdout_above: float | None = None
+    """The cost above which runs were held out (--holdout-above), None when not asked."""
 
     @property
     def n_averaged(self) -> int:
@@ -61,7 +67,8 @@ def _names(runs: RunsTable, mask: np.ndarray) -> list[str]:
     return [str(n) or str(r) for n, r in zip(names[mask], frame["run_id"][mask], strict=True)]
 
 
-def select_runs(runs: RunsTable, max_epochs: float | None = None) -> FitSelection:
+def select_runs(runs: RunsTable, max_epochs: float | None = None,
+                holdout_above: float | None = None) -> FitSelection:
     """Apply the four rules of the module docstring. DataError when nothing is left to fit."""
     role = runs.values("role").astype(str).to_numpy()
     held = role == keys.ROLE_HOLDOUT
@@ -69,6 +76,17 @@ def select_runs(runs: RunsTable, max_epochs: float | None = None) -> FitSelectio
         raise DataError(f"{runs.source}: every run has role 'holdout'; nothing to fit")
     left_out = [Excluded(name, "held out (role holdout): predicted, never fitted")
                 for name in _names(runs, held)]
+    if holdout_above is not None:
+        # The cost is the budget label the sweep held constant (or C): a budget's runs are
+        # held out together, whatever their exact C.
+        above = ~held & (line_costs(runs) > holdout_above * (1 + 1e-9))
+        if (held | above).all():
+            lowest = float(line_costs(runs)[~held].min())
+            raise DataError(f"{runs.source}: --holdout-above {holdout_above:g} holds out every "
+                            f"run (the lowest budget is {lowest:.4g}); nothing to fit")
+        left_out += [Excluded(name, f"held out (above --holdout-above {holdout_above:g}): "
+                                    "predicted, never fitted") for name in _names(runs, above)]
+        held |= above
     schedule = runs.values("schedule").astype(str).to_numpy()
     present, counts = np.unique(schedule[~held], return_counts=True)
     chosen = (PREFERRED_SCHEDULE if PREFERRED_SCHEDULE in present
@@ -95,4 +113,5 @@ def select_runs(runs: RunsTable, max_epochs: float | None = None) -> FitSelectio
         holdout=runs.subset(held) if held.any() else None, schedule=chosen,
         left_out=tuple(left_out),
         repeated=tuple(zip(_names(runs, repeated), map(float, epochs[repeated]), strict=True)),
+        holdout_above=holdout_above,
     )

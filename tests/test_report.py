@@ -543,6 +543,11 @@ def test_trust_sections_degrade_to_one_line_without_seeds_holdout_or_wsd(sweep_r
     assert ("- **Held-out budget**: not tested: no held-out runs (no run has role "
             "'holdout').") in md
     assert "WSD branches" not in md and "**Run-to-run noise**" not in md
+    # The backtests lead, right after the summary: no held-out cells here, and a rolling
+    # origin over the sweep's budgets (analysis.reporting.backtest).
+    first = md.split("## Summary", 1)[1].split("\n## ", 2)[1]
+    assert first.startswith("Backtests: predicting compute that was not fitted")
+    assert "Held-out cells: none (no held-out runs" in first and "**Rolling origin**" in first
     # The sweep records non-embedding N and exact FLOPs: all four conventions are refitted.
     conventions = md.split("## Conventions\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in conventions.splitlines() if line.startswith("| N = ")

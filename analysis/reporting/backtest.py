@@ -64,8 +64,11 @@ def backtest_summary(result: Analysis) -> str | None:
                      f"{held:.2%} ({ok} the {HOLDOUT_TARGET:.0%} target)")
     rolling = tests.rolling_error(name)
     if rolling is not None:
+        warn = ("" if rolling <= HOLDOUT_TARGET else
+                f": outside the {HOLDOUT_TARGET:.0%} target, so do not trust its "
+                "predictions far beyond the fitted budgets")
         parts.append(f"refitted on the lower budgets it predicts each next budget up within "
-                     f"{rolling:.2%} (rolling origin)")
+                     f"{rolling:.2%} (rolling origin){warn}")
     return None if not parts else "**Backtest**: " + "; ".join(parts) + "."
 
 

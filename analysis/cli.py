@@ -98,6 +98,10 @@ def add_input_arguments(parser: argparse.ArgumentParser,
     parser.add_argument("--c-col", metavar="COL",
                         help="CSV column of C (FLOPs); without one, C = 6ND")
     parser.add_argument("--loss-col", metavar="COL", help="CSV column of the final loss")
+    parser.add_argument("--n-nonembed-col", metavar="COL",
+                        help="CSV column of the non-embedding parameter count (default: a "
+                             "column named N_kaplan, non_embedding_params or "
+                             "params_non_embedding): the fits are then also made under it")
     parser.add_argument("--budget-col", metavar="COL",
                         help="CSV column of the IsoFLOP budget (default: runs whose C agree "
                              "within 1%%, analysis.runs.published.BUDGET_RTOL)")
@@ -190,7 +194,8 @@ def load_input(args: argparse.Namespace, *,
     runs = load_csv(args.csv, n_col=args.n_col, d_col=args.d_col, c_col=args.c_col,
                     loss_col=args.loss_col, budget_col=args.budget_col,
                     drop_highest_loss=args.drop_highest_loss,
-                    where=getattr(args, "where", None), **logs)
+                    where=getattr(args, "where", None),
+                    n_nonembed_col=getattr(args, "n_nonembed_col", None), **logs)
     return runs, None
 
 

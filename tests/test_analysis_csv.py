@@ -187,3 +187,39 @@ def test_bad_csv_is_one_error_line_and_status_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "runs.csv: column 'D'" in err
     assert DataError.__mro__[1].__name__ == "AnalysisError"
+
+
+def test_a_non_embedding_column_gives_both_parameter_conventions(tmp_path, capsys):
+    """Issue 51: both N conventions when the data allows. A ladder whose loss follows the
+    non-embedding count (an embedding of 5e7 on top) is fitted under total N and refitted
+    under non-embedding N, and the two answers differ; a named column that is missing or
+    larger than N is refused with the file, the option and the column."""
+    from analysis.cli import run_main
+    from analysis.fit import main as fit_main
+    from analysis.runs.synthetic import ChinchillaLaw, isoflop_runs
+
+    grid = isoflop_runs(ChinchillaLaw(), np.logspace(18, 20, 5), sizes_per_budget=6,
+                        noise=0.002, seed=2)
+    frame = grid.frame[["N", "D", "C", "loss"]].rename(columns={"N": "non_emb"})
+    frame["params"] = frame["non_emb"] + 5e7
+    path = tmp_path / "ladder.csv"
+    frame.to_csv(path, index=False)
+    args = ["--csv", str(path), "--n-col", "params", "--d-col", "D", "--c-col", "C",
+            "--approach", "2", "--bootstrap", "0", "--json"]
+    assert fit_main([*args, "--n-nonembed-col", "non_emb"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["n"], r["c"]): r["approaches"]["2"] for r in out["convention_refits"]["rows"]}
+    total, non_embedding = rows["total", "6nd"], rows["non_embedding", "6nd"]
+    assert total["status"] == non_embedding["status"] == "ok"
+    assert abs(total["a"] - non_embedding["a"]) > 0.01
+    # Without the column the non-embedding refit says why it is missing.
+    assert fit_main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {(r["n"], r["c"]): r["approaches"]["2"] for r in out["convention_refits"]["rows"]}
+    assert "N_kaplan" in rows["non_embedding", "6nd"]["reason"]
+    assert run_main(fit_main, [*args, "--n-nonembed-col", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no column 'nope' (--n-nonembed-col)" in err and str(path) in err
+    assert run_main(fit_main, ["--csv", str(path), "--n-col", "non_emb", "--d-col", "D",
+                               "--c-col", "C", "--n-nonembed-col", "params"]) == 2
+    assert "exceeds N on 30 row(s)" in capsys.readouterr().err

@@ -44,7 +44,7 @@ import pandas as pd
 from analysis.errors import DataError
 from analysis.inputs import read_input
 from analysis.runs.ledger_plan import no_progress_bars, read_plan
-from analysis.runs.published import check_flop_units, filter_rows, group_budgets
+from analysis.runs.published import check_flop_units, filter_rows, group_budgets, non_embedding
 from analysis.runs.published import flag_name as _flag
 from analysis.runs.table import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
 from pipeline.vocab import keys
@@ -393,12 +393,16 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
              c_col: str | None = None, loss_col: str | None = None,
              budget_col: str | None = None, drop_highest_loss: int = 0,
              log: Log = _stderr, option: str = "--csv", where: str | None = None,
-             flags: Mapping[str, str] | None = None) -> RunsTable:
+             flags: Mapping[str, str] | None = None,
+             n_nonembed_col: str | None = None) -> RunsTable:
     """Published runs from a CSV (one row per run). See the module docstring. ``option``
     names the argument that gave ``path`` in errors (a FIFO or device is refused unread);
     ``where`` keeps the rows that meet it (filter_rows), before anything else is read;
     ``flags`` renames the column options in errors for a command that spells them otherwise
-    (analysis.compare's per-side options)."""
+    (analysis.compare's per-side options); ``n_nonembed_col`` (or a column named as one of
+    ``analysis.runs.published.NON_EMBEDDING_ALIASES``) is each run's non-embedding parameter count, so that the fits
+    are also made under that convention (analysis.checks.conventions) and Kaplan's laws use
+    it."""
     path = Path(path)
     data = read_input(path, option)
     try:
@@ -463,6 +467,9 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
         "budget": budget, "N_kaplan": np.nan, "C_kaplan": np.nan, "family": "",
     })
     _optional_columns(frame, table, path)
+    n_k = non_embedding(frame, n, n_nonembed_col, path, _flag(flags, "--n-nonembed-col"))
+    if n_k is not None:
+        table["N_kaplan"], table["C_kaplan"] = n_k, 6.0 * n_k * d
     derived = ", N = C/(6D)" if not n_name else "" if d_name else ", D = C/(6N)"
     dropped = f", {drop_highest_loss} highest-loss rows dropped" if drop_highest_loss else ""
     kept = f", rows where {where}" if where is not None else ""

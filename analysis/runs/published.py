@@ -305,3 +305,38 @@ def check_flop_units(c: np.ndarray, n: np.ndarray, d: np.ndarray, *, c_name: str
     if unit is None:
         raise DataError(f"{path}: column {c_name!r} is not in FLOPs: {told}; give FLOPs")
     raise DataError(f"{path}: column {c_name!r} looks like {unit}: {told}; give FLOPs")
+
+
+# --------------------------------------------------------------------------- N conventions
+
+NON_EMBEDDING_ALIASES = ("N_kaplan", "non_embedding_params", "params_non_embedding")
+"""Columns read as the non-embedding parameter count without --n-nonembed-col. Why both
+conventions: on a published ladder of real LLM runs, non-embedding N moves a from 0.42 to 0.54
+and the verdict with it (issue 51), so a reader of such data must see both."""
+
+
+def non_embedding(frame: pd.DataFrame, n: np.ndarray, col: str | None, path: Path,
+                  flag: str = "--n-nonembed-col") -> np.ndarray | None:
+    """Each row's non-embedding parameter count: from ``col``, else from the first column of
+    ``NON_EMBEDDING_ALIASES`` with every cell a positive number; None when there is none.
+    DataError for a named column that is missing, blank, not positive or above N (``n``)."""
+    if col is None:
+        col = next((a for a in NON_EMBEDDING_ALIASES if a in frame.columns), None)
+        if col is None:
+            return None
+        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+        # A blank cell (a report's runs.csv of published data has the column empty): not given.
+        return values if (np.isfinite(values) & (values > 0)).all() and \
+            (values <= n * (1 + 1e-9)).all() else None
+    if col not in frame.columns:
+        raise DataError(f"{path}: no column {col!r} ({flag}); the columns are "
+                        f"{', '.join(map(repr, frame.columns))}")
+    values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+    lines = frame.index.to_numpy() + 2  # file line numbers: the header is line 1
+    for bad, what in ((~(np.isfinite(values) & (values > 0)), "blank, not a number or <= 0"),
+                      (values > n * (1 + 1e-9), "exceeds N")):
+        if bad.any():
+            raise DataError(f"{path}: column {col!r} ({flag}: non-embedding parameters) {what} "
+                            f"on {int(bad.sum())} row(s) (lines "
+                            f"{', '.join(map(str, lines[bad][:5]))})")
+    return values

@@ -98,7 +98,8 @@ def _across_laws(fits: Mapping[str, Estimate | Skipped], tests: Backtests | None
 
 
 def _across_windows(runs: RunsTable, curves, reference: float, seed: int,
-                    headline: str | None) -> dict[str, Spread]:
+                    headline: str | None,
+                    fits: Mapping[str, Estimate | Skipped]) -> dict[str, Spread]:
     names = [k for k in ("2", headline) if k is not None and k in FITS]
     values: dict[str, dict[str, float]] = {q: {} for q in QUANTITIES}
     failed: dict[str, str] = {}
@@ -107,7 +108,10 @@ def _across_windows(runs: RunsTable, curves, reference: float, seed: int,
         where = "all sizes" if factor is None else f"within {factor:g}x"
         for name in names:
             label = f"{name} {where}"
-            est = FITS[name].run(FitInput(runs.subset(mask), curves, reference, 0, seed))
+            # A window that keeps every run is the full-data fit, already made: not refitted.
+            est = fits.get(name) if mask.all() else None
+            if est is None:
+                est = FITS[name].run(FitInput(runs.subset(mask), curves, reference, 0, seed))
             if isinstance(est, Skipped):
                 failed[label] = est.reason
                 continue
@@ -124,4 +128,4 @@ def model_spread(runs: RunsTable, curves, fits: Mapping[str, Estimate | Skipped]
                  seed: int = 0) -> ModelSpread:
     """The spreads of the module docstring, for a and tokens per parameter at ``reference``."""
     return ModelSpread(laws={q: _across_laws(fits, tests, q) for q in QUANTITIES},
-                       windows=_across_windows(runs, curves, reference, seed, headline))
+                       windows=_across_windows(runs, curves, reference, seed, headline, fits))

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         return _dry_run(cfg, plan, args, slots)
-    print_plan(cfg, plan, None, slots)
+    print_plan(cfg, plan, None, slots, sweep_file=args.sweep_file)
     t0 = time.monotonic()
     sigterm_as_interrupt()
     manifest = plan_manifest(cfg.name, sweep_sha256, cfg.flops_convention, plan.specs)
@@ -285,7 +285,7 @@ def _refused(plan: Plan, est, sweep_file: str) -> bool:
 
 def _dry_run(cfg: SweepConfig, plan: Plan, args: argparse.Namespace, slots: int) -> int:
     est = _estimate(cfg, plan, args, slots, measure=not args.no_estimate)
-    print_plan(cfg, plan, est.seconds, slots, est)
+    print_plan(cfg, plan, est.seconds, slots, est, sweep_file=args.sweep_file)
     refused = _refused(plan, est, args.sweep_file)
     if json_mode():
         print(json.dumps(sweep_json(cfg.name, "", "", plan, {}, None, est), indent=2))

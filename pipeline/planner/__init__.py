@@ -19,7 +19,8 @@ The flow of expand (main_runs), one module per step:
   4. with train.wsd_reuse, the WSD runs that differ only in length branch off the longest
      one's trunk (trunks.share_trunks).
 Held-out budgets are planned after the main runs, at the optimum their fit predicts
-(holdout), from the same ladder and specs.
+(holdout), from the same ladder and specs. A budget the skipped cells leave with too few
+sizes for an IsoFLOP fit is warned about before training (coverage).
 
 Modules:
   plan        Plan, Skipped: what planning returns
@@ -30,11 +31,13 @@ Modules:
   main_runs   expand: the main plan
   holdout     the held-out runs, planned at a predicted optimum
   membership  the runs a sweep file plans now (main and held-out), by id
+  coverage    budgets left with too few sizes to fit, and why (warnings for the plan's print)
 This module re-exports the public names.
 """
 
 from __future__ import annotations
 
+from pipeline.planner.coverage import plan_warnings, thin_budgets
 from pipeline.planner.holdout import HoldoutError, holdout_plan, plan_holdout
 from pipeline.planner.ladder import group_problem
 from pipeline.planner.main_runs import expand
@@ -53,6 +56,8 @@ __all__ = [
     "holdout_plan",
     "plan_holdout",
     "planned_run_ids",
+    "plan_warnings",
     "planned_specs",
+    "thin_budgets",
     "vocab_size_for",
 ]

@@ -72,10 +72,10 @@ def _run_cells(cfg: SweepConfig, vocab: int, seeds: tuple[int, ...],
                                 gqa_ratio=rule.gqa_ratio, ffn_multiple=rule.ffn_multiple,
                                 **rule.image())
         except ShapeError as e:
-            skipped.append(Skipped(f"runs[{i}]", str(e)))
+            skipped.append(Skipped(f"runs[{i}]", str(e), cause="shape"))
             continue
         if problem := group_problem(cfg, m):
-            skipped.append(Skipped(f"runs[{i}]", problem))
+            skipped.append(Skipped(f"runs[{i}]", problem, cause="group"))
             continue
         cells.append(Cell(m, r.tokens, None, seeds))
     return cells

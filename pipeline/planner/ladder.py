@@ -68,17 +68,17 @@ def shapes_for(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float 
             try:
                 m = shape_for_depth(cfg.family, depth, rule, vocab_size=vocab, seq_len=T)
             except ShapeError as e:
-                skipped.append(Skipped(f"depth {depth}", str(e)))
+                skipped.append(Skipped(f"depth {depth}", str(e), budget, "shape"))
             else:
-                _one_family(cfg, out, m, f"depth {depth}", skipped)
+                _one_family(cfg, out, m, f"depth {depth}", budget, skipped)
     elif sizes.widths is not None:
         for width in sizes.widths:
             try:
                 m = shape_for_width(cfg.family, width, rule, vocab_size=vocab, seq_len=T)
             except ShapeError as e:
-                skipped.append(Skipped(f"width {width}", str(e)))
+                skipped.append(Skipped(f"width {width}", str(e), budget, "shape"))
             else:
-                _one_family(cfg, out, m, f"width {width}", skipped)
+                _one_family(cfg, out, m, f"width {width}", budget, skipped)
     elif sizes.shapes is not None:
         for s in sizes.shapes:
             label = f"shape n_layer={s.n_layer} d_model={s.d_model}"
@@ -87,9 +87,9 @@ def shapes_for(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float 
                                 head_dim=rule.head_dim, gqa_ratio=rule.gqa_ratio,
                                 ffn_multiple=rule.ffn_multiple, **rule.image())
             except ShapeError as e:
-                skipped.append(Skipped(label, str(e)))
+                skipped.append(Skipped(label, str(e), budget, "shape"))
             else:
-                _one_family(cfg, out, m, label, skipped)
+                _one_family(cfg, out, m, label, budget, skipped)
     else:
         if budget is None or sizes.count is None:
             raise ValueError("sizes.count needs a compute budget (isoflop sweeps only)")
@@ -100,14 +100,15 @@ def shapes_for(cfg: SweepConfig, sizes: SizesSection, vocab: int, budget: float 
     if len(unique) < len(out):
         where = f"budget {budget:.3g}" if budget else "grid"
         skipped.append(Skipped(where, f"{len(out) - len(unique)} size(s) mapped to a shape "
-                                      "already in the list (shape rule too coarse); deduplicated"))
+                                      "already in the list (shape rule too coarse); deduplicated",
+                               budget, "dedup"))
     return unique
 
 
 def _one_family(cfg: SweepConfig, out: list[ModelConfig], m: ModelConfig, label: str,
-                skipped: list[Skipped]) -> None:
+                budget: float | None, skipped: list[Skipped]) -> None:
     if problem := group_problem(cfg, m):
-        skipped.append(Skipped(label, problem))
+        skipped.append(Skipped(label, problem, budget, "group"))
     else:
         out.append(m)
 
@@ -122,7 +123,8 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
     N* fill in, so a budget always gets `count` sizes (or as many as the ladder has).
     """
     assert sizes.count is not None
-    ladder = _allowed_rungs(cfg, sizes, size_ladder(cfg, rule, vocab), budget, skipped)
+    full = size_ladder(cfg, rule, vocab)
+    ladder = _allowed_rungs(cfg, sizes, full, budget, skipped)
     if not ladder:
         return []
     # vit: a unit of data (an image) is `positions` tokens, C = 6 N S D  =>  N* = sqrt(C/(6 S k)).
@@ -140,8 +142,14 @@ def _around_guess(cfg: SweepConfig, sizes: SizesSection, rule: ShapeRule, vocab:
         if len(chosen) >= sizes.count:
             break
         chosen.add(j)
-    if len(chosen) < sizes.count:
-        skipped.append(Skipped(f"C={budget:.3g}", f"the shape rule has only {len(ladder)} sizes"))
+    if len(chosen) < sizes.count and len(ladder) < len(full):
+        # The caps, not the ladder, left too few: say so (the fix is in the sizes section).
+        skipped.append(Skipped(f"C={budget:.3g}", f"only {len(ladder)} of the shape rule's "
+                               f"{len(full)} sizes are within {_caps(sizes)} at this budget",
+                               budget, "caps"))
+    elif len(chosen) < sizes.count:
+        skipped.append(Skipped(f"C={budget:.3g}", f"the shape rule has only {len(ladder)} sizes",
+                               budget, "ladder"))
     return [ladder[j] for j in sorted(chosen)]
 
 
@@ -159,5 +167,12 @@ def _allowed_rungs(cfg: SweepConfig, sizes: SizesSection, ladder: list[ModelConf
     if not out:
         skipped.append(Skipped(f"C={budget:.3g}", "no size of the shape rule has embeddings "
                                f"<= {sizes.max_embedding_fraction} of N and D/N <= "
-                               f"{sizes.max_tokens_per_param} at this budget"))
+                               f"{sizes.max_tokens_per_param} at this budget", budget, "caps"))
     return out
+
+
+def _caps(sizes: SizesSection) -> str:
+    """The caps of a sizes section that are set, as the file spells them."""
+    caps = [f"sizes.{k}={v:g}" for k in ("max_embedding_fraction", "max_tokens_per_param")
+            if (v := getattr(sizes, k)) is not None]
+    return " and ".join(caps)

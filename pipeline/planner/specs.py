@@ -70,14 +70,15 @@ def run_specs(cfg: SweepConfig, data: DataSpec, cells: list[Cell], skipped: list
         if steps < cfg.train.min_steps:
             skipped.append(Skipped(label, f"{cell.tokens:.3g} {unit} give {steps} steps of "
                                           f"{tokens_per_step} {unit} (< min_steps="
-                                          f"{cfg.train.min_steps})"))
+                                          f"{cfg.train.min_steps})", budget, "min_steps"))
             continue
         if budget is not None:
             achieved = flops.training_flops(m, steps * tokens_per_step, cfg.flops_convention)
             if abs(achieved / budget - 1) > ISOFLOP_TOLERANCE:
                 skipped.append(Skipped(label, f"{steps} steps of {tokens_per_step} {unit} give "
                                               f"{achieved:.4g} FLOPs, off the budget by more "
-                                              f"than {ISOFLOP_TOLERANCE:.0%}"))
+                                              f"than {ISOFLOP_TOLERANCE:.0%}",
+                                       budget, "off_budget"))
                 continue
         built.append((cell, steps, batch, label))
         longest[m] = max(longest.get(m, 0), steps)
@@ -102,7 +103,8 @@ def run_specs(cfg: SweepConfig, data: DataSpec, cells: list[Cell], skipped: list
                            steps=steps, budget=cell.budget,
                            flops_convention=cfg.flops_convention, exec=exec_spec, role=role)
             if spec.run_id in seen:
-                skipped.append(Skipped(label, f"duplicate of {seen[spec.run_id]}"))
+                skipped.append(Skipped(label, f"duplicate of {seen[spec.run_id]}", cell.budget,
+                                       "duplicate"))
                 continue
             seen[spec.run_id] = label
             specs.append(spec)

@@ -7,10 +7,11 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline.config import SweepConfig
-from pipeline.planner import Plan
+from pipeline.planner import Plan, plan_warnings
 from pipeline.terminal import console, say
 from pipeline.vocab import flops, keys
 from pipeline.vocab.families import data_unit
@@ -38,9 +39,10 @@ def trained_flops(spec: RunSpec) -> float:
 
 
 def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
-               slots: int, est=None) -> None:
+               slots: int, est=None, sweep_file: str | None = None) -> None:
     """The plan's table; est (pipeline.estimate.plan.PlanEstimate) adds each run's peak
-    memory and says how its times were obtained."""
+    memory and says how its times were obtained. Budgets left with too few sizes to fit are
+    warned about (planner.coverage) in every mode: --quiet keeps warnings."""
     table = Table(title=f"sweep {cfg.name!r}: {len(plan.specs)} runs ({cfg.kind}, "
                         f"{cfg.family}, C under {cfg.flops_convention!r})")
     for col in ("run_id", "budget C", "shape (L/d/H/kv)", "N total", "N non-emb",
@@ -93,6 +95,10 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
     console.print(table)
     for sk in plan.skipped:
         console.print(f"[yellow]skipped[/] {sk.label}: {sk.reason}")
+    # Right under the skipped lines they explain: six of those read as routine, while a
+    # budget they leave unfittable makes the whole study worthless (issue 55).
+    for warning in plan_warnings(cfg, plan, sweep_file or f"sweep {cfg.name!r}"):
+        say(f"[yellow]warning[/]: {escape(warning)}")
     line = f"total: {len(plan.specs)} runs, {fmt(total_flops)} FLOPs (exact)"
     if trained_total < total_flops:
         line += (f", of which {fmt(trained_total)} trained (WSD branches start from their "

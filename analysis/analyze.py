@@ -151,6 +151,7 @@ def analyze(
     bootstrap_by: str = "auto",
     holdout_above: float | None = None,
     backtests: bool = True,
+    unique_tokens: float | None = None,
 ) -> Analysis:
     """Fit every requested approach (default: every entry of the table of fits), bootstrap
     it, compare with the documented values and run the checks. ``bootstrap=0`` skips the
@@ -161,7 +162,9 @@ def analyze(
     (analysis.numerics.bootstrap.BY); "run" pools them; "auto" is "budget" for an IsoFLOP
     design (analysis.numerics.bootstrap.resolve_by). ``holdout_above`` holds out every run
     above that cost (analysis.runs.selection); ``backtests=False`` skips the rolling-origin
-    refits (analysis.checks.backtest; the held-out runs are predicted either way)."""
+    refits (analysis.checks.backtest; the held-out runs are predicted either way).
+    ``unique_tokens``: a corpus size at which the data-constrained laws also give their
+    optimum (FitInput.unique_tokens)."""
     if bootstrap_by not in BY:
         raise ValueError(f"bootstrap_by must be one of {BY}, got {bootstrap_by!r}")
     wanted = set(FITS) if approaches is None else set(approaches)
@@ -180,7 +183,8 @@ def analyze(
         fitted_curves = collapse_curves(selection.replicates, curves)  # seeds averaged
         bootstrap_by = resolve_by(bootstrap_by, runs.column("budget"))
         strata = runs.column("budget") if bootstrap_by == "budget" else None
-        fits = fit_all(FitInput(runs, fitted_curves, ref, bootstrap, seed, n_jobs, strata),
+        fits = fit_all(FitInput(runs, fitted_curves, ref, bootstrap, seed, n_jobs, strata,
+                                unique_tokens),
                        wanted, progress)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
@@ -284,7 +288,7 @@ def _residuals(runs: RunsTable, fits: Mapping[str, Estimate | Skipped], sigma: f
     for name, (what, n_params) in LAWS.items():
         est = fits.get(name, NOT_REQUESTED)
         if name != "3" and isinstance(est, Estimate):
-            out += (law_residuals(what, runs, est.fit.loss, n_params, sigma),)
+            out += (law_residuals(what, runs, est.fit, n_params, sigma),)
     return out
 
 

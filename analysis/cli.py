@@ -102,6 +102,10 @@ def add_input_arguments(parser: argparse.ArgumentParser,
                         help="CSV column of the non-embedding parameter count (default: a "
                              "column named N_kaplan, non_embedding_params or "
                              "params_non_embedding): the fits are then also made under it")
+    parser.add_argument("--unique-col", metavar="COL",
+                        help="CSV column of U, the unique tokens each run trained on (default: "
+                             "a column named U, unique_tokens or unique): the data-constrained "
+                             "laws need it")
     parser.add_argument("--budget-col", metavar="COL",
                         help="CSV column of the IsoFLOP budget (default: runs whose C agree "
                              "within 1%%, analysis.runs.published.BUDGET_RTOL)")
@@ -175,6 +179,9 @@ def load_input(args: argparse.Namespace, *,
 
     if getattr(args, "where", None) is not None and not args.csv:  # else silently ignored
         raise DataError(f"--where {args.where!r}: filters the rows of a --csv file only")
+    if getattr(args, "unique_col", None) is not None and not args.csv:  # likewise
+        raise DataError(f"--unique-col {args.unique_col!r}: names a column of a --csv file "
+                        "only")
     if args.export:
         from analysis.runs.export import read_export
 
@@ -195,7 +202,8 @@ def load_input(args: argparse.Namespace, *,
                     loss_col=args.loss_col, budget_col=args.budget_col,
                     drop_highest_loss=args.drop_highest_loss,
                     where=getattr(args, "where", None),
-                    n_nonembed_col=getattr(args, "n_nonembed_col", None), **logs)
+                    n_nonembed_col=getattr(args, "n_nonembed_col", None),
+                    unique_col=getattr(args, "unique_col", None), **logs)
     return runs, None
 
 

@@ -7,8 +7,8 @@
 A and B are sweep names (MLflow experiments, --tracking-uri), report exports
 (runs_export.json) or CSVs of runs. A CSV side is read as `analysis.fit --csv` reads one, with
 the same column options: --n-col COL applies to every CSV side, --n-col-a / --n-col-b to one
-(and wins over the shared one); likewise --d-col, --c-col, --loss-col, --budget-col, --where and
---drop-highest-loss. Two recipes of one published file:
+(and wins over the shared one); likewise --d-col, --c-col, --loss-col, --budget-col,
+--unique-col, --where and --drop-highest-loss. Two recipes of one published file:
 
     python -m analysis.compare runs.csv runs.csv --c-col flops \
         --where-a "dataset == 'rw'" --where-b "dataset == 'owt2'"
@@ -74,6 +74,8 @@ CSV_OPTIONS: tuple[tuple[str, str, dict], ...] = (
     ("c-col", "column of C (FLOPs); without one, C = 6ND", {}),
     ("loss-col", "column of the final loss", {}),
     ("budget-col", "column of the IsoFLOP budget (default: runs whose C agree within 1%%)", {}),
+    ("unique-col", "column of U, the unique tokens each run trained on (default: a column "
+                   "named U, unique_tokens or unique)", {}),
     ("where", "keep the rows that meet EXPR: COL OP VALUE joined by 'and' (e.g. \"N >= 1e8 "
               "and model_type == 'dense'\")", {"metavar": "EXPR"}),
     ("drop-highest-loss", "drop the K highest-loss rows", {"type": int, "metavar": "K"}),
@@ -115,7 +117,8 @@ def _csv_side(spec: str, args: argparse.Namespace, side: str,
     value = {name: v for name, (v, _) in got.items()}
     return load_csv(spec, option=side, flags=flags, n_col=value["n-col"],
                     d_col=value["d-col"], c_col=value["c-col"], loss_col=value["loss-col"],
-                    budget_col=value["budget-col"], where=value["where"],
+                    budget_col=value["budget-col"], unique_col=value["unique-col"],
+                    where=value["where"],
                     drop_highest_loss=value["drop-highest-loss"] or 0, log=log)
 
 

@@ -36,6 +36,7 @@ from analysis.errors import DataError, FitError
 from analysis.fits.table import predictable
 from analysis.inputs import BOOTSTRAP, SEED, check_new_file, finite_positive
 from analysis.runs.shapes import DEFAULT_FAMILY, DEFAULT_SEQ_LEN, ShapeChoice, nearest_shape
+from analysis.runs.table import RunsTable
 from analysis.schema import clean
 from analysis.text import fmt, fmt_interval
 from pipeline.planned_view import SWEEP_FILE_VIEW
@@ -56,10 +57,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flops", type=finite_positive, required=True, metavar="C",
                    help="compute budget")
     p.add_argument("--approach", choices=predictable(),
-                   default="3",
-                   help="which allocation to use (default 3; 3 and the laws with an "
-                        "interaction also predict the loss; fit.json's summary.headline says "
-                        "which law describes the runs)")
+                   help="which allocation to use (default 3, or data_constrained with "
+                        "--unique-tokens; 3 and the laws also predict the loss; fit.json's "
+                        "summary.headline says which law describes the runs)")
+    p.add_argument("--unique-tokens", metavar="U",
+                   help="the unique tokens of the corpus to train on (a number, or 'corpus': "
+                        "the train split the sweep's runs recorded): also the optimum when "
+                        "only U unique tokens exist, the loss lost to repeating them, and the "
+                        "budget beyond which more epochs stop paying, from a data-constrained "
+                        "law (--approach data_constrained, the default then, or "
+                        "data_constrained_interaction)")
     p.add_argument("--bootstrap", type=BOOTSTRAP, default=1000, metavar="N",
                    help="bootstrap resamples for the intervals (default 1000; 0: none)")
     p.add_argument("--seed", type=SEED, default=0)
@@ -71,8 +78,64 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+DATA_CONSTRAINED = ("data_constrained", "data_constrained_interaction")
+
+
+def corpus_tokens(runs: RunsTable) -> float | None:
+    """The train split a sweep's runs recorded (D / epochs, their median), None for
+    published data or runs that do not record their epochs."""
+    if runs.family() is None or "epochs" not in runs.frame.columns:
+        return None
+    size = (runs.frame["D"] / runs.frame["epochs"]).dropna()
+    return None if size.empty else float(size.median())
+
+
+def _unique_tokens(args: argparse.Namespace, runs: RunsTable) -> float | None:
+    """--unique-tokens as a number of tokens, checked against the runs' corpus."""
+    if args.unique_tokens is None:
+        return None
+    corpus = corpus_tokens(runs)
+    if args.unique_tokens == "corpus":
+        if corpus is None:
+            raise DataError("--unique-tokens corpus: the runs record no train split (published "
+                            "data, or runs without final/epochs); give a number of tokens")
+        return corpus
+    try:
+        u = finite_positive(args.unique_tokens)
+    except argparse.ArgumentTypeError as err:
+        raise DataError(f"--unique-tokens {args.unique_tokens!r}: {err} (or 'corpus')") from err
+    if corpus is not None and u > corpus * (1 + 1e-6):
+        raise DataError(f"--unique-tokens {u:.4g}: larger than the corpus the runs trained on "
+                        f"({corpus:.4g} train tokens); a corpus cannot hold more unique tokens "
+                        "than it has (for a larger corpus, fit runs on it)")
+    return u
+
+
+def _approach(args: argparse.Namespace) -> str:
+    if args.approach is None:
+        return "data_constrained" if args.unique_tokens is not None else "3"
+    if args.unique_tokens is not None and args.approach not in DATA_CONSTRAINED:
+        raise DataError(f"--unique-tokens needs a data-constrained law (--approach "
+                        f"{' or '.join(DATA_CONSTRAINED)}), not --approach {args.approach}")
+    return str(args.approach)
+
+
+def _corpus_block(est: object, law: object, unique_tokens: float) -> dict:
+    """The optimum with only ``unique_tokens``, with intervals, and where returns vanish."""
+    from analysis.fits.data_constrained import returns_vanish_flops
+
+    keys = ("n_opt_corpus", "d_opt_corpus", "epochs_corpus", "loss_corpus", "repetition_cost",
+            "epochs_vanish")
+    return {"unique_tokens": unique_tokens,
+            **{k: est.point[k] for k in keys},
+            "loss_fresh": est.point["loss_opt"],
+            "ci95": {k: est.ci95(k).as_list() for k in keys if est.ci95(k) is not None},
+            "returns_vanish_flops": returns_vanish_flops(law, unique_tokens)}
+
+
 def predict(args: argparse.Namespace) -> dict:
     """The prediction as a JSON-ready dict (the --json output)."""
+    args.approach = _approach(args)
     if args.write and not args.sweep_file:
         raise DataError("--write needs --sweep-file: the sweep whose recipe the next one keeps")
     if args.write:  # checked whole before the fit: a refusal costs no fit and writes nothing
@@ -80,12 +143,13 @@ def predict(args: argparse.Namespace) -> dict:
         n_guess = math.sqrt(args.flops / (6.0 * CHINCHILLA_TOKENS_PER_PARAM))
         _next_sweep(args, n_guess, CHINCHILLA_TOKENS_PER_PARAM * n_guess, write=False)
     runs, curves = load_input(args)
+    unique_tokens = _unique_tokens(args, runs)
     # No convention refits: a prediction needs one allocation, not its sensitivity.
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=(args.approach,), reference_flops=args.flops,
                      conventions=False, max_epochs=args.max_epochs,
                      holdout_above=args.holdout_above, backtests=False,
-                     bootstrap_by=args.bootstrap_by)
+                     bootstrap_by=args.bootstrap_by, unique_tokens=unique_tokens)
     est = result.approaches()[args.approach]
     if isinstance(est, Skipped):
         raise FitError(f"approach {args.approach} cannot be fitted: {est.reason}")
@@ -104,6 +168,8 @@ def predict(args: argparse.Namespace) -> dict:
         "snippet": shape.sweep_snippet(name, args.flops) if isinstance(shape, ShapeChoice)
         else "",
     }
+    if unique_tokens is not None:
+        out["corpus"] = _corpus_block(est, est.fit.law, unique_tokens)
     if args.write:
         _next_sweep(args, est.point["n_opt"], est.point["d_opt"], write=True)
         out["written"] = args.write
@@ -140,6 +206,27 @@ def _next_sweep(args: argparse.Namespace, n_opt: float, d_opt: float, *, write: 
         raise DataError(str(e)) from e
 
 
+def _print_corpus(console: Console, c: dict, flops: float) -> None:
+    table = Table(title=f"With only U = {c['unique_tokens']:.4g} unique tokens at C = "
+                        f"{flops:.3g} FLOPs", title_justify="left")
+    for col in ("quantity", "estimate", "95% interval"):
+        table.add_column(col)
+    for key in ("n_opt_corpus", "d_opt_corpus", "epochs_corpus", "loss_corpus",
+                "repetition_cost", "epochs_vanish"):
+        ci = c["ci95"].get(key)
+        table.add_row(key, fmt(c[key]), fmt_interval(None) if ci is None else
+                      f"[{ci[0]:.4g}, {ci[1]:.4g}]")
+    console.print(table)
+    vanish = c.get("returns_vanish_flops")
+    console.print(f"Repetition costs {c['repetition_cost']:.3g} nats against unlimited data "
+                  f"(loss {fmt(c['loss_fresh'])}). "
+                  + ("More epochs stop paying beyond about "
+                     f"{vanish:.3g} FLOPs (C = 6ND): the optimal run then trains "
+                     f"{c['epochs_vanish']:.3g} epochs, and a further repeated token is worth "
+                     "under 10% of a fresh one." if vanish is not None else
+                     "More epochs keep paying up to 1e45 FLOPs."))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     out = predict(args)
@@ -157,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             table.add_row(q, fmt(out[q]), fmt_interval(None) if ci is None else
                           f"[{ci[0]:.4g}, {ci[1]:.4g}]")
     console.print(table)
+    if "corpus" in out:
+        _print_corpus(console, out["corpus"], args.flops)
     if out["shape"] is None:
         console.print(f"No buildable shape: {out['shape_note']}")
     else:

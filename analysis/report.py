@@ -101,7 +101,8 @@ def regenerate_command(args: argparse.Namespace) -> str:
         for flag, value in (("--n-col", args.n_col), ("--d-col", args.d_col),
                             ("--c-col", args.c_col), ("--loss-col", args.loss_col),
                             ("--budget-col", args.budget_col), ("--where", args.where),
-                            ("--n-nonembed-col", getattr(args, "n_nonembed_col", None))):
+                            ("--n-nonembed-col", getattr(args, "n_nonembed_col", None)),
+                            ("--unique-col", getattr(args, "unique_col", None))):
             if value is not None:
                 parts += [flag, value]
         if args.drop_highest_loss:

@@ -51,7 +51,8 @@ TOY = FitSpec("trend", "Loss trend (ln L against ln C)", run_loss_trend,
               json_fields=lambda f: {"intercept": f.intercept, "n_points": f.n_points})
 
 
-BUILTIN = ["kaplan", "1", "2", "3", "interaction", "kaplan_joint", "quadratic"]
+BUILTIN = ["kaplan", "1", "2", "3", "interaction", "kaplan_joint", "quadratic",
+           "data_constrained", "data_constrained_interaction"]
 
 
 @pytest.fixture

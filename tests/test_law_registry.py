@@ -77,10 +77,12 @@ TOY = FitSpec("shared", "Shared-exponent law (L = E + A/N^α + B/D^α)", run_sha
               words="shared-exponent law E + A/N^α + B/D^α", n_params=4, judged=True,
               headline_candidate=True, allocation=True, agreement=True)
 
-BUILTIN_JUDGED = ("3", "interaction", "kaplan_joint", "quadratic")
-BUILTIN_PARAMETRIC = ("3", "interaction", "kaplan_joint")
-BUILTIN_ALLOCATIONS = ("1", "2", "3", "interaction", "kaplan_joint", "quadratic")
-BUILTIN_PREDICTED = ("1", "2", "3", "interaction", "kaplan_joint")
+DATA_CONSTRAINED = ("data_constrained", "data_constrained_interaction")  # issue 52
+BUILTIN_JUDGED = ("3", "interaction", "kaplan_joint", "quadratic", *DATA_CONSTRAINED)
+BUILTIN_PARAMETRIC = ("3", "interaction", "kaplan_joint", *DATA_CONSTRAINED)
+BUILTIN_ALLOCATIONS = ("1", "2", "3", "interaction", "kaplan_joint", "quadratic",
+                       *DATA_CONSTRAINED)
+BUILTIN_PREDICTED = ("1", "2", "3", "interaction", "kaplan_joint", *DATA_CONSTRAINED)
 
 
 @pytest.fixture
@@ -106,6 +108,9 @@ def test_the_builtin_lists_are_the_ones_once_spelled_out_by_hand():
         "interaction": ("interaction law E + (A/N^α + B/D^β)^γ", 6),
         "kaplan_joint": ("Kaplan joint law [(N_c/N)^(α_N/α_D) + D_c/D]^α_D", 4),
         "quadratic": ("model-free quadratic surface in (ln N, ln D)", 6),
+        "data_constrained": ("data-constrained law E + A/N'^α + B/D'^β (repeats decayed)", 7),
+        "data_constrained_interaction": (
+            "data-constrained interaction law E + (A/N'^α + B/D'^β)^γ", 8),
     }
     assert table.headline_candidates() == BUILTIN_PARAMETRIC
     assert table.allocations() == table.compared() == BUILTIN_ALLOCATIONS
@@ -113,7 +118,8 @@ def test_the_builtin_lists_are_the_ones_once_spelled_out_by_hand():
     assert _choices(predict_command.parser()) == list(BUILTIN_PREDICTED)
     assert _choices(fit_command.parser()) == [*table.FITS, "all"]
     assert headline_rule().startswith(
-        "among the parametric laws (3, interaction, kaplan_joint) whose residuals are not beyond")
+        "among the parametric laws (3, interaction, kaplan_joint, data_constrained, "
+        "data_constrained_interaction) whose residuals are not beyond")
     assert "shared" not in LAWS and "shared" not in table.FITS
 
 
@@ -135,7 +141,7 @@ def test_a_registered_law_is_on_every_list_it_declares(toy):
     assert table.compared() == table.allocations() == (*BUILTIN_ALLOCATIONS, "shared")
     assert _choices(predict_command.parser()) == [*BUILTIN_PREDICTED, "shared"]
     assert "shared" in _choices(fit_command.parser())
-    assert "kaplan_joint, shared) whose residuals" in headline_rule()
+    assert "data_constrained_interaction, shared) whose residuals" in headline_rule()
 
 
 def test_a_registered_law_is_judged_compared_reported_and_in_fit_json(toy, runs):

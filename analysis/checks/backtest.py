@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.checks.noise import collapse_replicates
+from analysis.fits.laws import predicted_loss
 from analysis.fits.optimum import line_costs
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
@@ -141,7 +142,7 @@ def _cells(target: RunsTable, laws: Mapping[str, object]) -> tuple[BacktestCell,
     seeds = (cells.column("n_seeds") if "n_seeds" in cells.frame.columns
              else np.ones(len(cells)))
     costs = line_costs(cells)
-    predicted = {name: (None if fit is None else np.asarray(fit.loss(n, d), dtype=float))
+    predicted = {name: (None if fit is None else predicted_loss(fit, cells))
                  for name, fit in laws.items()}
     return tuple(
         BacktestCell(budget=float(costs[i]), N=float(n[i]), D=float(d[i]),
@@ -159,7 +160,8 @@ def heldout_step(fitted: RunsTable, heldout: RunsTable | None,
     laws = {name: est.fit for name, est in fits.items()
             if name in judged() and isinstance(est, Estimate)}
     skipped = {name: est.reason for name, est in fits.items()  # "not requested" is no news
-               if name in judged() and isinstance(est, Skipped) and est.reason != NOT_ASKED}
+               if name in judged() and isinstance(est, Skipped) and est.reason != NOT_ASKED
+               and est.applies}
     return BacktestStep(fitted_up_to=float(line_costs(fitted).max()), n_fitted=len(fitted),
                         cells=_cells(heldout, laws), skipped=skipped)
 

@@ -271,6 +271,9 @@ def _huber_kappa(r: np.ndarray, delta: float, n_params: int) -> float:
     return inside / psi2
 
 
+huber_kappa = _huber_kappa  # public: analysis.fits.data_constrained's profiles use it
+
+
 def _lbfgs_refit(objective: Callable[..., tuple[float, np.ndarray]], args: tuple,
                  bounds: Sequence[tuple[float | None, float | None]], floor: int,
                  floor_min: float):

@@ -57,7 +57,8 @@ from analysis.fits.results import Skipped
 from analysis.numerics.bootstrap import LEVEL, Interval
 from analysis.runs.table import RunsTable
 
-CELL_COLUMNS = ("family", "n_layer", "d_model", "N", "D", "lr", "schedule", "budget")
+CELL_COLUMNS = ("family", "n_layer", "d_model", "N", "D", "lr", "schedule", "budget",
+                "unique_tokens")
 """Runs equal in all of these (numbers to 6 significant digits) differ only in the seed."""
 
 
@@ -91,8 +92,10 @@ def row_keys(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
 
 def cell_keys(runs: RunsTable) -> pd.Series:
     """One string per run naming its cell (its CELL_COLUMNS values)."""
+    # U: runs of one N and D that repeat different amounts of data are different cells.
     frame = runs.frame.assign(lr=runs.values("lr").to_numpy(),
-                              schedule=runs.values("schedule").to_numpy())
+                              schedule=runs.values("schedule").to_numpy(),
+                              unique_tokens=runs.unique_tokens())
     return row_keys(frame, CELL_COLUMNS)
 
 

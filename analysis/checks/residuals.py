@@ -15,13 +15,13 @@ With k ≤ p the fit interpolates and there is nothing to judge (ratio None).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.fits.approach2 import MIN_SIZES, fit_parabola
 from analysis.fits.approach3 import Approach3Fit
+from analysis.fits.laws import predicted_loss
 from analysis.runs.table import RunsTable
 
 APPROACH3_PARAMS = 5
@@ -69,13 +69,14 @@ def expected_rms(sigma: float | None, seeds: np.ndarray, n_params: int) -> float
 def approach3_residuals(runs: RunsTable, fit: Approach3Fit,
                         sigma: float | None) -> ResidualCheck:
     """Residuals of L(N, D) on the points it was fitted to."""
-    return law_residuals("Approach 3", runs, fit.loss, APPROACH3_PARAMS, sigma)
+    return law_residuals("Approach 3", runs, fit, APPROACH3_PARAMS, sigma)
 
 
-def law_residuals(what: str, runs: RunsTable, loss: Callable[[np.ndarray, np.ndarray], object],
-                  n_params: int, sigma: float | None) -> ResidualCheck:
-    """Residuals of any fitted law L(N, D) (``loss``) with ``n_params`` parameters."""
-    resid = np.asarray(loss(runs.column("N"), runs.column("D"))) - runs.column("loss")
+def law_residuals(what: str, runs: RunsTable, fit: object, n_params: int,
+                  sigma: float | None) -> ResidualCheck:
+    """Residuals of any fitted law (``fit``: its loss at each run, analysis.fits.laws
+    .predicted_loss) with ``n_params`` parameters."""
+    resid = predicted_loss(fit, runs) - runs.column("loss")
     return ResidualCheck(
         what=what, budget=None, n_points=len(runs), n_params=n_params,
         rms=float(np.sqrt(np.mean(resid**2))),

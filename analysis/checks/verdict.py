@@ -39,7 +39,7 @@ with the smallest residuals was not the one that predicted the next budget best.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +49,7 @@ from analysis.checks.backtest import Backtests
 from analysis.checks.heldout import TARGET
 from analysis.checks.noise import collapse_replicates
 from analysis.checks.residuals import law_residuals
+from analysis.fits.laws import predicted_loss
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.table import FITS, headline_candidates, judged
 from analysis.runs.table import RunsTable
@@ -248,13 +249,12 @@ class Verdict:
         return None if law is None else law.state
 
 
-def _holdout_error(holdout: RunsTable | None,
-                   loss: Callable[[np.ndarray, np.ndarray], object]) -> tuple[float | None, int]:
+def _holdout_error(holdout: RunsTable | None, fit: object) -> tuple[float | None, int]:
     if holdout is None or len(holdout) == 0:
         return None, 0
     cells = collapse_replicates(holdout)  # seeds averaged, as the fitted cells are
     observed = cells.column("loss")
-    rel = (np.asarray(loss(cells.column("N"), cells.column("D"))) - observed) / observed
+    rel = (predicted_loss(fit, cells) - observed) / observed
     worst = int(np.argmax(np.abs(rel)))
     return float(rel[worst]), int(rel.size)
 
@@ -286,8 +286,8 @@ def judge_laws(fits: Mapping[str, Estimate | Skipped], runs: RunsTable,
         est = fits.get(name)
         if not isinstance(est, Estimate):
             continue
-        check = law_residuals(what, runs, est.fit.loss, n_params, sigma)
-        error, n_hold = _holdout_error(holdout, est.fit.loss)
+        check = law_residuals(what, runs, est.fit, n_params, sigma)
+        error, n_hold = _holdout_error(holdout, est.fit)
         out.append(LawVerdict(
             name, what, check.rms, check.expected_rms, error, n_hold, n_points=len(runs),
             n_params=n_params, noise_dof=noise_dof if sigma is not None else None,

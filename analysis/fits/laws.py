@@ -23,6 +23,7 @@ from analysis.fits.optimum import Allocation, IsoFlopLines, lines_from_runs, opt
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput, estimate
 from analysis.numerics.bootstrap import Bootstrap, run_bootstrap
+from analysis.runs.table import RunsTable
 
 
 class Law(Protocol):
@@ -61,6 +62,16 @@ class LawFit:
 
     def statistics(self) -> dict[str, float]:
         return {**self.law.parameters(), **self.allocation.statistics()}
+
+
+def predicted_loss(fit: object, runs: RunsTable) -> np.ndarray:
+    """Each run's loss as a fitted law predicts it: ``fit.loss_of_runs(runs)`` for a law that
+    reads more of a run than N and D (the data-constrained laws read U), else
+    ``fit.loss(N, D)``. What the verdict, the residual checks and the backtests compare."""
+    own = getattr(fit, "loss_of_runs", None)
+    if own is not None:
+        return np.asarray(own(runs), dtype=float)
+    return np.asarray(fit.loss(runs.column("N"), runs.column("D")), dtype=float)
 
 
 def fit_law(fit: FitLaw, arrays: Arrays, lines: IsoFlopLines, reference: float,

@@ -21,6 +21,10 @@ class Skipped:
     """An analysis that was not made, and why."""
 
     reason: str
+    applies: bool = True
+    """False: the approach does not apply to these runs (a data-constrained law where no run
+    repeats its data or none records U); listed with its reason where the approaches are, but
+    not as a law the backtest failed to fit."""
 
 
 @dataclass(frozen=True)

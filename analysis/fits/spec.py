@@ -37,6 +37,9 @@ class FitInput:
     strata: np.ndarray | None = None
     """The budget of every run, to resample within budgets (analysis.numerics.bootstrap.BY
     "budget"); None: resample all runs together."""
+    unique_tokens: float | None = None
+    """A corpus size U: the data-constrained laws also report the optimum at the reference
+    compute with only U unique tokens (``predict --unique-tokens``); None: not asked."""
 
     def columns(self, *names: str) -> tuple[np.ndarray, ...]:
         return tuple(self.runs.column(k) for k in names)

@@ -33,10 +33,12 @@ from analysis.checks.identification import (
     flags_json,
     with_approach3_flags,
 )
+from analysis.checks.repetition import PendingProfiles, law_profiles
 from analysis.errors import FitError
 from analysis.fits.approach1 import Approach1Fit, bootstrap_approach1, fit_approach1
 from analysis.fits.approach2 import Approach2Fit, bootstrap_approach2, fit_approach2
 from analysis.fits.approach3 import Approach3Fit, bootstrap_approach3, fit_approach3
+from analysis.fits.data_constrained import DataConstrainedLaw, run_data_constrained
 from analysis.fits.envelope import build_curves
 from analysis.fits.interaction import N_PARAMS as INTERACTION_PARAMS
 from analysis.fits.interaction import InteractionLaw, run_interaction
@@ -261,3 +263,42 @@ register(FitSpec("quadratic", "Model-free check: quadratic surface of ln L in (l
                  run_quadratic, _quadratic_fields, own_report_sections=True,
                  words="model-free quadratic surface in (ln N, ln D)", n_params=QUADRATIC_PARAMS,
                  judged=True, allocation=True, agreement=True, extrapolates=False))
+
+
+# --------------------------------------------------------------------------- the data-constrained
+# laws (issue 52; analysis.fits.data_constrained): the two forms above with repeated tokens and
+# excess parameters decayed. Skipped unless every run knows U and some run repeats its data.
+# The report shows them with the laws (analysis.reporting.laws) and in its section on repeated
+# data (analysis.reporting.repetition).
+
+
+def _data_constrained_fields(fit: LawFit) -> dict[str, Any]:
+    law: DataConstrainedLaw = fit.law
+    return {**_law_fields(fit), "form": law.form, "objective": law.objective,
+            "converged": law.converged, "n_points": law.n_points, "n_repeated": law.n_repeated,
+            "identification": flags_json(fit),
+            "profiles": {name: [{"value": v, "deviance": dev} for v, dev in prof]
+                         for name, prof in law_profiles(law).items()},
+            "repeated_runs": [r.to_json() for r in getattr(fit, "repeated", ())]}
+
+
+def _run_data_constrained(inp: FitInput) -> Estimate | Skipped:
+    return run_data_constrained(inp, "additive", PendingProfiles)  # the full fit's profiles
+
+
+def _run_data_constrained_interaction(inp: FitInput) -> Estimate | Skipped:
+    return run_data_constrained(inp, "interaction", PendingProfiles)
+
+
+register(FitSpec("data_constrained", "Data-constrained law, additive (Muennighoff et al. "
+                 "2023: L = E + A/N'^α + B/D'^β)", _run_data_constrained,
+                 _data_constrained_fields, own_report_sections=True,
+                 words="data-constrained law E + A/N'^α + B/D'^β (repeats decayed)",
+                 n_params=7, judged=True, headline_candidate=True, allocation=True,
+                 agreement=True))
+register(FitSpec("data_constrained_interaction", "Data-constrained law, interaction form "
+                 "(L = E + (A/N'^α + B/D'^β)^γ)", _run_data_constrained_interaction,
+                 _data_constrained_fields, own_report_sections=True,
+                 words="data-constrained interaction law E + (A/N'^α + B/D'^β)^γ",
+                 n_params=8, judged=True, headline_candidate=True, allocation=True,
+                 agreement=True))

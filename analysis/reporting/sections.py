@@ -34,6 +34,7 @@ from analysis.reporting.figures import Drawn
 from analysis.reporting.laws import headline_line, judged_position, laws_section
 from analysis.reporting.other_fits import other_fits_section
 from analysis.reporting.provenance import portable
+from analysis.reporting.repetition import repetition_section
 from analysis.reporting.samples import Sample
 from analysis.runs.table import RunsTable
 from analysis.text import fmt, fmt_interval
@@ -449,6 +450,7 @@ def build(result: Analysis, ri: ReportInput) -> list[Block]:
     return (header + backtest_section(result)
             + isoflop_section(result, ri) + frontier_section(result, ri)
             + allocation_section(result, ri) + laws_section(result)
+            + repetition_section(result)
             + kaplan_section(result, ri)
             + approach3_section(result, ri) + other_fits_section(result.fits)
             + noise_section(result)

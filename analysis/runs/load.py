@@ -20,7 +20,10 @@ D only, as Dubey et al. 2024, Fig. 2), C = 6·N·D when it has no C column. Opti
 batches' seed; default -1, unknown) and ``role`` ("main" or "holdout"; default "main") mark
 seed replicates and held-out runs; ``schedule``,
 ``lr``, ``N_kaplan`` and ``flops_<convention>`` are kept when present, so the runs.csv of a
-report loads back with what the fits need. ``where`` keeps the rows that meet a filter such as
+report loads back with what the fits need. A column of U, the unique tokens each run trained on
+(``unique_col``, else one of published.UNIQUE_ALIASES: U, unique_tokens, unique), is the table's
+``unique_tokens`` (the data-constrained laws, Muennighoff et al. 2023) and gives ``epochs`` =
+D/U when the file has none; 0 < U <= D. ``where`` keeps the rows that meet a filter such as
 ``model_type == 'dense' and N >= 1e8`` (analysis.runs.published.parse_where: a small parser,
 never eval). Runs whose C agree within its BUDGET_RTOL form an IsoFLOP budget (or a budget
 column gives them, group_budgets); a C column is checked against 6ND for its unit
@@ -44,7 +47,13 @@ import pandas as pd
 from analysis.errors import DataError
 from analysis.inputs import read_input
 from analysis.runs.ledger_plan import no_progress_bars, read_plan
-from analysis.runs.published import check_flop_units, filter_rows, group_budgets, non_embedding
+from analysis.runs.published import (
+    check_flop_units,
+    filter_rows,
+    group_budgets,
+    non_embedding,
+    unique_tokens,
+)
 from analysis.runs.published import flag_name as _flag
 from analysis.runs.table import CURVE_COLUMNS, OPTIONAL, Excluded, RunsTable
 from pipeline.vocab import keys
@@ -394,7 +403,7 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
              budget_col: str | None = None, drop_highest_loss: int = 0,
              log: Log = _stderr, option: str = "--csv", where: str | None = None,
              flags: Mapping[str, str] | None = None,
-             n_nonembed_col: str | None = None) -> RunsTable:
+             n_nonembed_col: str | None = None, unique_col: str | None = None) -> RunsTable:
     """Published runs from a CSV (one row per run). See the module docstring. ``option``
     names the argument that gave ``path`` in errors (a FIFO or device is refused unread);
     ``where`` keeps the rows that meet it (filter_rows), before anything else is read;
@@ -402,7 +411,9 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
     (analysis.compare's per-side options); ``n_nonembed_col`` (or a column named as one of
     ``analysis.runs.published.NON_EMBEDDING_ALIASES``) is each run's non-embedding parameter count, so that the fits
     are also made under that convention (analysis.checks.conventions) and Kaplan's laws use
-    it."""
+    it; ``unique_col`` (or a column named as one of ``analysis.runs.published.UNIQUE_ALIASES``)
+    is U, the unique tokens each run trained on: the table's ``unique_tokens``, and ``epochs`` =
+    D/U when the file has no ``epochs`` column (checked: analysis.runs.published.unique_tokens)."""
     path = Path(path)
     data = read_input(path, option)
     try:
@@ -470,6 +481,11 @@ def load_csv(path: str | Path, *, n_col: str | None = None, d_col: str | None = 
     n_k = non_embedding(frame, n, n_nonembed_col, path, _flag(flags, "--n-nonembed-col"))
     if n_k is not None:
         table["N_kaplan"], table["C_kaplan"] = n_k, 6.0 * n_k * d
+    u = unique_tokens(frame, d, unique_col, path, _flag(flags, "--unique-col"))
+    if u is not None:
+        table["unique_tokens"] = u
+        if "epochs" not in frame.columns:
+            table["epochs"] = d / u
     derived = ", N = C/(6D)" if not n_name else "" if d_name else ", D = C/(6N)"
     dropped = f", {drop_highest_loss} highest-loss rows dropped" if drop_highest_loss else ""
     kept = f", rows where {where}" if where is not None else ""

@@ -1,5 +1,6 @@
 """Reading published data as a careful researcher would: IsoFLOP budgets grouped within a
-relative tolerance, rows kept by a --where filter, and the unit of a C column checked.
+relative tolerance, rows kept by a --where filter, the unit of a C column checked, and each
+run's non-embedding N and unique tokens U (the data it repeats) checked against its N and D.
 
 Why apart from analysis.runs.load: these are the judgements a published CSV needs and a sweep's
 ledger does not (its budgets are tags, its C is counted in FLOPs by the pipeline), each with its
@@ -339,4 +340,49 @@ def non_embedding(frame: pd.DataFrame, n: np.ndarray, col: str | None, path: Pat
             raise DataError(f"{path}: column {col!r} ({flag}: non-embedding parameters) {what} "
                             f"on {int(bad.sum())} row(s) (lines "
                             f"{', '.join(map(str, lines[bad][:5]))})")
+    return values
+
+
+# --------------------------------------------------------------------------- unique tokens
+
+UNIQUE_ALIASES = ("U", "unique_tokens", "unique")
+"""Columns read as U, the unique tokens a run trained on (the data it repeats: epochs = D/U),
+without --unique-col; ``unique_tokens`` is the runs table's own name (a report's runs.csv)."""
+UNIQUE_RTOL = 1e-6
+"""U may exceed D by this fraction: a file's U and D rounded apart are still one pass."""
+
+
+def unique_tokens(frame: pd.DataFrame, d: np.ndarray, col: str | None, path: Path,
+                  flag: str = "--unique-col") -> np.ndarray | None:
+    """U of each row: from ``col``, else from the first column of UNIQUE_ALIASES; None when
+    there is none, or when an alias column is blank on every row (a report's runs.csv of runs
+    whose U was unknown). DataError, naming the file, the column, the option and the lines,
+    for a named column that is missing, and for a cell that is blank, not a number, <= 0 or
+    above the row's D (``d``)."""
+    if col is None:
+        col = next((a for a in UNIQUE_ALIASES if a in frame.columns), None)
+        if col is None or frame[col].isna().all():
+            return None
+    elif col not in frame.columns:
+        raise DataError(f"{path}: no column {col!r} ({flag}); the columns are "
+                        f"{', '.join(map(repr, frame.columns))}")
+    what = f"column {col!r} ({flag}: U, the unique tokens each run trained on)"
+    values = pd.to_numeric(frame[col], errors="coerce").to_numpy(dtype=float)
+    lines = frame.index.to_numpy() + 2  # file line numbers: the header is line 1
+
+    def listed(bad: np.ndarray) -> str:
+        return f"on {int(bad.sum())} row(s) (lines {', '.join(map(str, lines[bad][:5]))})"
+
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise DataError(f"{path}: {what} is blank or not a number {listed(bad)}")
+    bad = values <= 0
+    if bad.any():
+        raise DataError(f"{path}: {what} is <= 0 {listed(bad)}: a run with U of zero "
+                        "trained on no data")
+    bad = values > d * (1.0 + UNIQUE_RTOL)
+    if bad.any():
+        raise DataError(f"{path}: {what} exceeds D {listed(bad)}: a run cannot see more "
+                        "distinct tokens than it trained on (if the column holds a corpus "
+                        "size, the unique tokens a run saw are min(corpus, D))")
     return values

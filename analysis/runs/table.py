@@ -25,6 +25,12 @@ lr         float  peak learning rate (param ``train.lr``; NaN when unknown)
 schedule   str    "cosine", "wsd" or "constant" (param ``train.schedule``; "" when unknown)
 role       str    "main" (fitted) or "holdout" (predicted, never fitted): tag ``role``
 branch_of  str    run_id of the WSD trunk a run was branched from ("" otherwise)
+epochs     float  passes over the train split, D / its size (metric ``final/epochs``; NaN when
+                  unknown)
+unique_tokens float  U, the distinct tokens a run trained on: min(D, the data it repeats). A
+                  CSV's ``--unique-col`` (analysis.runs.load); absent, ``RunsTable.unique_tokens``
+                  derives it from ``epochs`` (U = D / max(epochs, 1)). The data-constrained
+                  laws read it (analysis.fits.data_constrained); NaN when unknown
 Extra columns (``flops_<convention>``, ``n_layer``, ``vocab_size``, ``seq_len``...) may follow.
 
 Training curves travel separately as a DataFrame with columns run_id, step, tokens, loss;
@@ -49,7 +55,7 @@ POSITIVE = ("N", "D", "C", "loss")
 CURVE_COLUMNS = ("run_id", "step", "tokens", "loss")
 OPTIONAL: dict[str, object] = {"seed": -1, "data_seed": -1, "lr": float("nan"), "schedule": "",
                                "role": keys.ROLE_MAIN, "branch_of": "",
-                               "epochs": float("nan")}
+                               "epochs": float("nan"), "unique_tokens": float("nan")}
 """Optional columns and the value a run has when its table lacks the column."""
 
 
@@ -102,6 +108,18 @@ class RunsTable:
             return self.frame[name]
         return pd.Series([OPTIONAL[name]] * len(self.frame), index=self.frame.index,
                          name=name)
+
+    def unique_tokens(self) -> np.ndarray:
+        """U of every run: the ``unique_tokens`` column where it has a value, else the size of
+        the train split the run repeated, D / max(epochs, 1) (the ledger records ``epochs``:
+        why not the sampled count ``final/unique_tokens``: with random windows two seeds of
+        one cell see slightly different counts, and the law's U is the data the run was
+        allowed, the design); NaN where neither is known. Never above D."""
+        d = self.column("D")
+        given = self.values("unique_tokens").to_numpy(dtype=float)
+        epochs = self.values("epochs").to_numpy(dtype=float)
+        derived = d / np.maximum(epochs, 1.0)  # NaN where epochs is
+        return np.minimum(np.where(np.isfinite(given), given, derived), d)
 
     def subset(self, mask: object, *, source: str | None = None,
                excluded: tuple[Excluded, ...] | None = None) -> RunsTable:

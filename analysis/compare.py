@@ -14,8 +14,11 @@ the same column options: --n-col COL applies to every CSV side, --n-col-a / --n-
         --where-a "dataset == 'rw'" --where-b "dataset == 'owt2'"
 
 Prints the compute multiplier of B over A at every budget and at each --flops (marked when it
-extrapolates), both sides' a, tokens per parameter and frontier exponent with their difference, each with a 95% bootstrap interval, and a one-line
-verdict (analysis.comparison). With --out: compare.json, compare.md and figures/compare.png.
+extrapolates; where there is none, why, in the verdict's words), both sides' a, tokens per
+parameter and frontier exponent with their difference, each with a 95% bootstrap interval, and
+a one-sentence verdict: who saves how much compute at the budgets trained, e.g. "B saves 6.1x
+compute at the budgets trained (5.5x-7.6x)" (analysis.comparison). With --out: compare.json,
+compare.md and figures/compare.png (each multiplier a point with its interval).
 Input errors print one line and exit with status 2.
 """
 
@@ -176,16 +179,25 @@ def _num(x: float) -> float | None:
 
 
 def to_json(c: Comparison, unchecked: list[str]) -> dict:
+    """The comparison as JSON: per compute its multiplier (null with a ``note`` from
+    analysis.comparison.NOTES where there is none), whether it is a budget trained, the
+    verdict and its numbers (``summary``); an infinite interval limit is null."""
     ci = {k: [_num(v.low), _num(v.high)] for k, v in c.intervals.items()}
+    summary = c.summary()
+    summary["budgets"] = [{**r, "ci95": ci.get(f"multiplier@{r['flops']:.6g}")}
+                          for r in summary["budgets"]]
+    summary["missing"] = [{"note": k, "flops": v} for k, v in summary["missing"].items()]
     return {
         "a": c.source_a, "b": c.source_b, "reference_flops": c.reference,
-        "multiplier": [{"flops": f, "value": _num(c.multiplier(f)[0]),
-                        "ci95": ci.get(f"multiplier@{f:.6g}"), "extrapolated": x}
-                       for f, x in zip(c.flops, c.extrapolated, strict=True)],
+        "multiplier": [{"flops": f, "value": _num(c.multiplier(f)[0]) if n is None else None,
+                        "ci95": ci.get(f"multiplier@{f:.6g}"), "extrapolated": x,
+                        "trained": t, "note": n}
+                       for f, x, t, n in zip(c.flops, c.extrapolated, c.trained, c.notes,
+                                             strict=True)],
         "point": {k: _num(v) for k, v in c.point.items() if not k.startswith("multiplier@")},
         "ci95": {k: v for k, v in ci.items() if not k.startswith("multiplier@")},
         "n_resamples": c.n_resamples, "n_failed": c.n_failed, "seed": c.seed,
-        "unchecked": unchecked, "verdict": c.verdict(),
+        "unchecked": unchecked, "verdict": c.verdict(), "summary": summary,
     }
 
 
@@ -196,10 +208,14 @@ def to_markdown(out: dict) -> str:
              "| C (FLOPs) | multiplier of B over A | 95% interval | |", "|---|---|---|---|"]
     for m in out["multiplier"]:
         ci = m["ci95"]
-        ci_text = f"[{ci[0]:.3g}, {ci[1]:.3g}]" if ci and None not in ci else "—"
-        value = f"{m['value']:.3g}" if m["value"] is not None else "beyond A's reach"
-        lines.append(f"| {m['flops']:.3g} | {value} | {ci_text} | "
-                     f"{'extrapolated' if m['extrapolated'] else ''} |")
+        # An infinite upper limit (draws where A never reaches B's loss) is null in JSON.
+        ci_text = (f"[{ci[0]:.3g}, {'∞' if ci[1] is None else f'{ci[1]:.3g}'}]"
+                   if ci and ci[0] is not None else "—")
+        # No number: the note is the verdict's word for the same case (NOTES).
+        value = m["note"] if m["note"] is not None else f"{m['value']:.3g}"
+        flags = [w for w, on in (("trained", m["trained"]),
+                                 ("extrapolated", m["extrapolated"])) if on]
+        lines.append(f"| {m['flops']:.3g} | {value} | {ci_text} | {', '.join(flags)} |")
     lines += ["", "| quantity | estimate | 95% interval |", "|---|---|---|"]
     for k, v in out["point"].items():
         ci = out["ci95"].get(k)
@@ -213,6 +229,17 @@ def to_markdown(out: dict) -> str:
 
 
 def _figure(c: Comparison, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(c)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def figure(c: Comparison):
+    """Both frontiers (left) and the multiplier of B over A at every C read (right): a point
+    with its 95% interval where there is a number; a matplotlib Figure, not yet saved."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -229,22 +256,42 @@ def _figure(c: Comparison, path: Path) -> None:
     left.set(xscale="log", xlabel="C (FLOPs)", ylabel="L_opt(C) (nats/token)",
              title="compute-optimal frontiers")
     left.legend(fontsize=7)
+    # Each read multiplier as a point with its 95% interval (open where it extrapolates), on
+    # a log axis: 2x and 0.5x are the same size of gap. No point where there is no number.
     m = [c.multiplier(f) for f in c.flops]
-    right.plot(c.flops, [v for v, _ in m], "o-", label="multiplier of B over A")
-    lows = [ci.low if ci else np.nan for _, ci in m]
-    highs = [ci.high if ci else np.nan for _, ci in m]
-    right.fill_between(c.flops, lows, highs, alpha=0.25, label="95% interval")
+    shown = [(f, v, ci, x) for f, (v, ci), x in zip(c.flops, m, c.extrapolated, strict=True)
+             if np.isfinite(v) and v > 0]
+    if shown:
+        right.plot([f for f, *_ in shown], [v for _, v, *_ in shown], "-", color="C0", lw=1)
+        finite = [v for _, v, ci, _ in shown] + [h for _, _, ci, _ in shown if ci is not None
+                                                 for h in ci.as_list() if np.isfinite(h)]
+        top = max(finite) * 2  # an infinite upper limit is drawn to here
+        for extrapolated in (False, True):
+            pts = [(f, v, ci) for f, v, ci, x in shown if x == extrapolated]
+            if not pts:
+                continue
+            # A percentile interval need not hold its point estimate: bars clipped at 0.
+            err = np.array([[max(0.0, v - ci.low), max(0.0, (ci.high if np.isfinite(ci.high)
+                                                            else top) - v)]
+                            if ci is not None else [0.0, 0.0] for _, v, ci in pts]).T
+            right.errorbar([f for f, *_ in pts], [v for _, v, _ in pts], yerr=err, fmt="o",
+                           color="C0", capsize=3, mfc="white" if extrapolated else "C0",
+                           label=("extrapolated" if extrapolated else "multiplier of B over A")
+                           + (" (95% interval)" if c.intervals else ""))
+        right.set_yscale("log")
+    else:
+        right.text(0.5, 0.5, "no multiplier: " + "; ".join(sorted({n for n in c.notes if n})),
+                   transform=right.transAxes, ha="center", va="center", fontsize=8, wrap=True)
     right.axhline(1.0, color="grey", lw=1)
     right.set(xscale="log", xlabel="C (FLOPs)", ylabel="C_A(L_B(C)) / C", title="multiplier")
-    right.legend(fontsize=7)
+    if shown:
+        right.legend(fontsize=7)
     from matplotlib.ticker import NullFormatter
 
     for ax in (left, right):  # decade labels only: minor labels overlap on a log axis
         ax.xaxis.set_minor_formatter(NullFormatter())
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from analysis.checks.agreement import Agreement, compare_approaches
+from analysis.checks.answer import Answer, answer
 from analysis.checks.backtest import Backtests, backtest
 from analysis.checks.conventions import ConventionTable, timed_refit_conventions
 from analysis.checks.extrapolation import ExtrapolationCheck, check_approach2, check_approach3
@@ -54,6 +55,7 @@ from analysis.checks.residuals import (
 from analysis.checks.schedules import ScheduleComparison, compare_schedules
 from analysis.checks.verdict import LAWS, Verdict, interval_problem, judge_laws
 from analysis.errors import FitError
+from analysis.fits.optimum import line_costs
 from analysis.fits.results import Estimate, Skipped
 from analysis.fits.spec import FitInput
 from analysis.fits.table import FITS, compared
@@ -134,6 +136,15 @@ class Analysis:
 
     def approaches(self) -> dict[str, Estimate | Skipped]:
         return dict(self.fits)
+
+    def answer(self) -> Answer | None:
+        """The answer at the reference compute (analysis.checks.answer): the headline law's
+        N_opt, D_opt, tokens per parameter and loss, how sure, what next; None without one."""
+        fitted = self.fitted_runs
+        costs = line_costs(fitted)
+        largest = float(costs.max()) if len(fitted) else self.reference_flops
+        return answer(self.fits, self.verdict, self.model_spread, self.reference_flops,
+                      largest)
 
 
 def analyze(

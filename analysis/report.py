@@ -282,6 +282,7 @@ def write_report(args: argparse.Namespace, *, log: Callable[[str], None] = _log,
         log(f"report: {out} kept: it was made from the same runs, curves, sweep file, "
             f"options and code (--force makes it again); checked in "
             f"{time.monotonic() - started:.1f} s")
+        _say_answer(out, log)
         return (out / "report.html").resolve()
     uri = args.tracking_uri
     if args.sweep and not uri:
@@ -340,7 +341,20 @@ def write_report(args: argparse.Namespace, *, log: Callable[[str], None] = _log,
                 write_export(tmp / EXPORT_FILE, runs, curves, name=name)
             write_key(tmp, key)  # last: a folder without it is made again
     log(f"report: {out} written in {time.monotonic() - started:.1f} s")
+    _say_answer(out, log)
     return (out / "report.html").resolve()
+
+
+def _say_answer(out: Path, log: Callable[[str], None]) -> None:
+    """The answer's lines (analysis.reporting.answer), from the report's fit.json."""
+    from analysis.reporting.answer import answer_lines
+
+    try:
+        summary = json.loads((out / "fit.json").read_text(encoding="utf-8")).get("summary")
+    except (OSError, ValueError):
+        return  # a report without a readable fit.json has no answer to say
+    for line in answer_lines((summary or {}).get("answer")):
+        log(line)
 
 
 def report_sweep(name: str, uri: str, *, corpus: str | None, quoted_file: Path | None = None,

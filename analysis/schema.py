@@ -75,6 +75,8 @@ def _summary(result: Analysis) -> dict[str, Any] | None:
     if out["headline"] is not None and isinstance(head, Estimate):
         # What the runs do not pin down of the headline law (analysis.checks.identification).
         out["headline"]["not_identified"] = [f.words for f in flags_of(head.fit)]
+    found = result.answer()  # the headline law's allocation at the reference compute
+    out["answer"] = None if found is None else found.to_json()
     spread = result.model_spread
     if out["headline"] is not None and not isinstance(spread, Skipped):
         out["headline"]["model_spread"] = {

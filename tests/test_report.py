@@ -154,7 +154,8 @@ def test_fit_json_has_the_fit_schema_and_runs_csv_the_runs(sweep_report):
     assert [e["run"] for e in fit["excluded"]] == ["gpt-div"]
     assert {k: v["status"] for k, v in fit["approaches"].items()} == {
         "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok", "interaction": "ok",
-        "kaplan_joint": "ok", "quadratic": "ok"}
+        "kaplan_joint": "ok", "quadratic": "ok", "data_constrained": "skipped",
+        "data_constrained_interaction": "skipped"}  # no run repeats its data
     # The summary a researcher (or a script) reads first (docs/analysis.md).
     assert set(fit["summary"]["headline"]) >= {
         "approach", "a", "a_ci95", "b", "tokens_per_param", "tokens_per_param_ci95",
@@ -307,11 +308,13 @@ def test_tables_match_fit_json(sweep_report):
 def test_the_first_lines_say_how_to_regenerate(sweep_report):
     lines = (sweep_report / "report.md").read_text().splitlines()
     assert lines[0] == "# Scaling report: demo"
-    m = re.fullmatch(r"Regenerate with: `cd (\S+) && (python -m analysis\.report .*)`", lines[2])
-    assert m, lines[2]
+    assert lines[2].startswith("## Answer at C = ")  # the answer first (issue 55)
+    regen = next(line for line in lines if line.startswith("Regenerate with"))
+    m = re.fullmatch(r"Regenerate with: `cd (\S+) && (python -m analysis\.report .*)`", regen)
+    assert m, regen
     # Outside the checkout: the folder as a committed report may show it, never absolute.
     assert m.group(1) == portable(str(sweep_report.parent.parent.resolve()))
-    assert not re.search(r"(^|[\s=])/[^/\s]", lines[2]), lines[2]
+    assert not re.search(r"(^|[\s=])/[^/\s]", regen), regen
     assert "--sweep demo --tracking-uri sqlite:///" in m.group(2)
     assert m.group(2).endswith("--bootstrap 40 --seed 0")
 
@@ -325,7 +328,8 @@ def test_csv_report_is_the_besiroglu_refit(csv_report):
     assert f"a = {three['a']:.4g} [" in md
     assert "Not available: the runs share no IsoFLOP compute budgets" in md
     assert "Not available: published data has no checkpoints." in md
-    assert "--drop-highest-loss 5 --name besiroglu" in md.splitlines()[2]
+    regen = next(line for line in md.splitlines() if line.startswith("Regenerate with"))
+    assert "--drop-highest-loss 5 --name besiroglu" in regen
 
 
 # --------------------------------------------------------------------------- samples and provenance

@@ -18,6 +18,7 @@ from analysis.checks.extrapolation import ExtrapolationCheck
 from analysis.checks.identification import flags_of
 from analysis.checks.verdict import MAX_FAILED_FRACTION, interval_problem
 from analysis.fits.approach2 import BudgetMinimum, budget_minimum
+from analysis.reporting.answer import answer_blocks
 from analysis.reporting.backtest import backtest_section, backtest_summary
 from analysis.reporting.checks import (
     agreement_blocks,
@@ -432,8 +433,12 @@ def provenance_section(ri: ReportInput) -> list[Block]:
 def build(result: Analysis, ri: ReportInput) -> list[Block]:
     """The whole report, in order."""
     excluded = len(result.excluded)
+    found = result.answer()
     header: list[Block] = [
         Heading(f"Scaling report: {ri.name}", 1),
+        # The answer first, in the first screen (issue 55); the details follow.
+        *answer_blocks(None if found is None else found.to_json(),
+                       result.fitted_runs.data_unit),
         Paragraph(f"Regenerate with: `{ri.command}`"),
         *([Paragraph(f"Or without the MLflow store, from the runs and curves exported beside "
                      f"this report: `{ri.export_command}`")] if ri.export_command else []),

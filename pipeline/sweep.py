@@ -242,8 +242,11 @@ def predicted_optimum(cfg: SweepConfig, sweep_file: str, uri: str,
                          with_curves=False, log=lambda _m: None).runs
     except AnalysisError as e:
         raise HoldoutError(f"cannot load the main runs: {e}") from e
+    # Cells on part of the train split (isoflop.repeats) repeat their data: their loss at a
+    # given N and D is not the IsoFLOP curve the optimum is read from.
+    fitted = {s.run_id for s in plan.specs if s.data.train_fraction == 1}
     try:
-        runs = restrict_to_plan(runs, {s.run_id for s in plan.specs}, sweep_file)
+        runs = restrict_to_plan(runs, fitted, sweep_file)
     except AnalysisError as e:
         raise HoldoutError(f"cannot tell the main runs of {sweep_file}: {e}") from e
     main = runs.frame[runs.frame["role"] != keys.ROLE_HOLDOUT]

@@ -49,6 +49,7 @@ from pipeline.config.sections import (
     GridSection,
     HoldoutSection,
     IsoflopSection,
+    RepeatsSection,
     ReplicatesSection,
     ResourcesSection,
     RunEntry,
@@ -63,7 +64,8 @@ from pipeline.vocab.spec import STDLIB_CORPORA
 
 __all__ = [
     "MAX_COUNT", "MAX_D_MODEL", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_RUNS", "VARIANT_EXCLUDED",
-    "DataSection", "GridSection", "HoldoutSection", "IsoflopSection", "ReplicatesSection",
+    "DataSection", "GridSection", "HoldoutSection", "IsoflopSection", "RepeatsSection",
+    "ReplicatesSection",
     "ResourcesSection", "RunEntry", "ShapeOverride", "ShapeSection", "SizesSection",
     "SweepConfig", "SweepError", "TrainSection", "_Loader", "check_sweep_text", "load_sweep",
     "load_sweep_and_sha256", "parse_sweep", "resolve_corpus",

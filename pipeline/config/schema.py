@@ -250,10 +250,15 @@ class SweepConfig(Strict):
         for n in factors.values():
             total *= n
         how = " x ".join(f"{n} {what}" for what, n in factors.items())
+        per_budget = total // len(self.isoflop.budgets) if self.isoflop is not None else 0
         rep = self.isoflop.replicates if self.isoflop is not None else None
         if rep is not None:  # extra seeds on some budgets: same factors, those budgets only
-            extra = total // len(self.isoflop.budgets) * len(rep.budgets) * len(rep.seeds)
-            extra //= len(self.train.seeds)
+            extra = per_budget * len(rep.budgets) * len(rep.seeds) // len(self.train.seeds)
             total += extra
             how += f" + {extra} replicate(s)"
+        repeats = self.isoflop.repeats if self.isoflop is not None else None
+        if repeats is not None:  # every run of those budgets again per fraction (train.seeds)
+            extra = per_budget * len(repeats.budgets) * len(repeats.fractions)
+            total += extra
+            how += f" + {extra} repeated-data cell run(s)"
         return total, how

@@ -397,6 +397,19 @@ class ReplicatesSection(Strict):
     """Which of isoflop.budgets get the extra seeds."""
 
 
+class RepeatsSection(Strict):
+    """Every cell of some budgets again on part of the train split (DataSpec.train_fraction):
+    same N and D, fewer unique tokens U, so the decay of repeated data (R_D*, Muennighoff et
+    al. 2023) is identifiable. A variant is a cell (own run id, role main, train.seeds)
+    making D / (fraction x split) passes, which data.max_epochs must allow."""
+
+    fractions: Annotated[list[Annotated[float, Field(gt=0, lt=1)]], Field(min_length=1)]
+    """Shares of the train split, each in (0, 1): 0.333 trains on a third of the corpus's
+    train tokens, so 3x the passes of the same cell on all of it."""
+    budgets: Annotated[list[PosFloat], Field(min_length=1)]
+    """Which of isoflop.budgets get the variants (every cell of each)."""
+
+
 class HoldoutSection(Strict):
     """Held-out budgets: trained after the main budgets at the size the main fit predicts
     optimal, kept out of every fit, and reported against the fit's prediction."""
@@ -421,18 +434,22 @@ class IsoflopSection(Strict):
     """Optional: extra seeds for some budgets, to measure run-to-run noise."""
     holdout: HoldoutSection | None = None
     """Optional: held-out budgets, planned from the fit of the main budgets."""
+    repeats: RepeatsSection | None = None
+    """Optional: the cells of some budgets again on part of the train split (repeated data
+    at the same N and D)."""
 
     @model_validator(mode="after")
     def _check(self) -> IsoflopSection:
         problems = _duplicates(self.budgets, "budgets")
-        if self.replicates is not None:
-            problems += [(("replicates",) + loc, msg, v) for loc, msg, v in
-                         _duplicates(self.replicates.seeds, "seeds")
-                         + _duplicates(self.replicates.budgets, "budgets")]
-            for i, b in enumerate(self.replicates.budgets):
-                if b not in self.budgets:
-                    problems.append((("replicates", "budgets", i), "is not one of budgets "
-                                     f"{self.budgets}", b))
+        # Extra seeds and data shares of some budgets: those budgets must be main ones.
+        for name, values in (("replicates", "seeds"), ("repeats", "fractions")):
+            if (part := getattr(self, name)) is None:
+                continue
+            problems += [((name,) + loc, msg, v) for loc, msg, v in
+                         _duplicates(getattr(part, values), values)
+                         + _duplicates(part.budgets, "budgets")]
+            problems += [((name, "budgets", i), f"is not one of budgets {self.budgets}", b)
+                         for i, b in enumerate(part.budgets) if b not in self.budgets]
         if self.holdout is not None:
             problems += [(("holdout",) + loc, msg, v) for loc, msg, v in
                          _duplicates(self.holdout.budgets, "budgets")

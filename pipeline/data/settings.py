@@ -56,6 +56,10 @@ class DataConfig(DataSpec):
             or not 0 < self.val_fraction < 1
         ):
             raise DataError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        if (isinstance(self.train_fraction, bool)
+                or not isinstance(self.train_fraction, int | float)
+                or not 0 < self.train_fraction <= 1):
+            raise DataError(f"train_fraction must be in (0, 1], got {self.train_fraction!r}")
         if self.max_bytes is not None and not (_is_int(self.max_bytes) and self.max_bytes > 0):
             raise DataError(f"max_bytes must be a positive int or None, got {self.max_bytes!r}")
         if self.cache_dir is not None and not isinstance(self.cache_dir, str | os.PathLike):

@@ -67,7 +67,8 @@ def shape(spec: RunSpec) -> str:
 def run_name(spec: RunSpec) -> str:
     """"C=1.5e11 N=9.5k L1-d16 547101" for an IsoFLOP cell, "D=2.0M N=9.5k L1-d16 547101"
     otherwise: budget (or D), N and shape first, so the runs of one budget sort together and
-    read apart; then the family when not the default (GPT), the seed when not 0, the role when held out,
+    read apart; then the family when not the default (GPT), the seed when not 0, the share of
+    the train split when below 1 ("split0.5"), the role when held out,
     and the first 6 characters of run_id, so that names stay unique where runs differ only
     in the recipe (an LR variant) and match the plan's and the ledger's run ids."""
     n = si(flops.params_total(spec.model))
@@ -79,6 +80,8 @@ def run_name(spec: RunSpec) -> str:
         parts.append(f"seed{spec.train.seed}")
     if spec.train.batch_seed != spec.train.seed:
         parts.append(f"data{spec.train.batch_seed}")
+    if spec.data.train_fraction < 1:  # isoflop.repeats: the same cell on part of the split
+        parts.append(f"split{spec.data.train_fraction:g}")
     if spec.role != "main":
         parts.append(spec.role)
     return " ".join([*parts, spec.run_id[:6]])
@@ -114,9 +117,13 @@ def dataset(spec: RunSpec, fingerprint: str, train_tokens: int, val_tokens: int,
               "max_bytes": d.max_bytes}
     if d.tokenizer == "bpe":
         source["bpe_vocab_size"] = d.bpe_vocab_size
+    if d.train_fraction < 1:  # the profile's train_tokens and bytes are then the run's share
+        source["train_fraction"] = d.train_fraction
     profile = {"train_tokens": train_tokens, "val_tokens": val_tokens,
                "train_bytes": train_bytes, "vocab_size": spec.model.vocab_size}
     name = d.corpus if spec.model.is_image else f"{d.corpus} ({d.tokenizer})"
+    if d.train_fraction < 1:  # its own dataset: MLflow keeps one per (name, digest)
+        name += f", train_fraction {d.train_fraction:g}"
     return {"name": name, "digest": fingerprint[:36],
             "source_type": kind, "source": json.dumps(source, sort_keys=True),
             "profile": json.dumps(profile, sort_keys=True)}

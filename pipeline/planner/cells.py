@@ -3,14 +3,17 @@
 A cell is what the file asks for before the recipe makes runs of it (specs.run_specs): an
 isoflop sweep gives, for each budget C, its shapes (ladder.shapes_for) each with
 D = C / flops_per_token(m, convention) tokens, and its replicate seeds at the replicated
-budgets; a grid sweep every shape x token count; a runs sweep one cell per listed run. The
-order is the file's order of budgets (or token counts, or runs), then the shapes in
-increasing parameter count. Shapes that cannot be built go to skipped with the reason.
+budgets, then at the budgets of isoflop.repeats each of those cells again per fraction of the
+train split (same shape and D, the sweep's train.seeds); a grid sweep every shape x token
+count; a runs sweep one cell per listed run. The order is the file's order of budgets (or
+token counts, or runs), then the shapes in increasing parameter count (a budget's
+repeated-data cells after its own, fraction by fraction). Shapes that cannot be built go to
+skipped with the reason.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.config import SweepConfig
 from pipeline.planner.ladder import group_problem, shape_rule, shapes_for
@@ -26,6 +29,8 @@ class Cell:
     tokens: float
     budget: float | None
     seeds: tuple[int, ...]
+    train_fraction: float = 1.0
+    """The share of the train split it reads (DataSpec.train_fraction; isoflop.repeats)."""
 
 
 def main_cells(cfg: SweepConfig, vocab: int, skipped: list[Skipped]) -> list[Cell]:
@@ -41,12 +46,18 @@ def main_cells(cfg: SweepConfig, vocab: int, skipped: list[Skipped]) -> list[Cel
 def _isoflop_cells(cfg: SweepConfig, vocab: int, seeds: tuple[int, ...],
                    skipped: list[Skipped]) -> list[Cell]:
     cells: list[Cell] = []
-    rep = cfg.isoflop.replicates
+    rep, repeats = cfg.isoflop.replicates, cfg.isoflop.repeats
     for budget in cfg.isoflop.budgets:
         extra = tuple(rep.seeds) if rep is not None and budget in rep.budgets else ()
-        for m in shapes_for(cfg, cfg.isoflop.sizes, vocab, budget, skipped):
-            cells.append(Cell(m, flops.tokens_for_budget(m, budget, cfg.flops_convention),
-                              budget, seeds + extra))
+        main = [Cell(m, flops.tokens_for_budget(m, budget, cfg.flops_convention), budget,
+                     seeds + extra)
+                for m in shapes_for(cfg, cfg.isoflop.sizes, vocab, budget, skipped)]
+        cells += main
+        if repeats is not None and budget in repeats.budgets:
+            # Beside the cells they vary: same shape and D, fewer unique tokens. The main
+            # seeds only: a variant is another cell, not a replicate of one.
+            cells += [replace(c, seeds=seeds, train_fraction=f)
+                      for f in repeats.fractions for c in main]
     return cells
 
 

@@ -12,7 +12,7 @@ every RunSpec of the sweep shares (vocab_size_for, model_vocab, data_spec_for).
 from __future__ import annotations
 
 import itertools
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from pipeline.config import SweepConfig, resolve_corpus
@@ -48,7 +48,9 @@ def model_vocab(cfg: SweepConfig, vocab_size: int | None) -> int:
 def data_spec_for(cfg: SweepConfig, sweep_path: Path | str) -> DataSpec:
     """The sweep's data section, with a relative corpus path resolved against the sweep file."""
     d = cfg.data
-    settings = {f.name: getattr(d, f.name) for f in fields(DataSpec)}
+    # train_fraction is a cell's (isoflop.repeats), not the data section's: its default here.
+    settings = {f.name: getattr(d, f.name) for f in fields(DataSpec)
+                if f.name != "train_fraction"}
     return DataSpec(**{**settings, "corpus": resolve_corpus(d.corpus, Path(sweep_path))})
 
 
@@ -66,7 +68,9 @@ def run_specs(cfg: SweepConfig, data: DataSpec, cells: list[Cell], skipped: list
         steps = round(cell.tokens / tokens_per_step)
         unit = data_unit(m.family)
         label = (f"{m.family} L{m.n_layer} d{m.d_model}"
-                 + (f" at C={budget:.3g}" if budget else f" D={cell.tokens:.3g}"))
+                 + (f" at C={budget:.3g}" if budget else f" D={cell.tokens:.3g}")
+                 + (f" on {cell.train_fraction:g} of the train split"
+                    if cell.train_fraction < 1 else ""))
         if steps < cfg.train.min_steps:
             skipped.append(Skipped(label, f"{cell.tokens:.3g} {unit} give {steps} steps of "
                                           f"{tokens_per_step} {unit} (< min_steps="
@@ -99,7 +103,10 @@ def run_specs(cfg: SweepConfig, data: DataSpec, cells: list[Cell], skipped: list
                                  micro_batch_size=_micro_batch(cfg, cell.model, train),
                                  workers=_workers(cfg, cell.model),
                                  sharding=cfg.resources.sharding)
-            spec = RunSpec(sweep=cfg.name, model=cell.model, data=data, train=train,
+            spec = RunSpec(sweep=cfg.name, model=cell.model,
+                           data=(data if cell.train_fraction == 1 else
+                                 replace(data, train_fraction=cell.train_fraction)),
+                           train=train,
                            steps=steps, budget=cell.budget,
                            flops_convention=cfg.flops_convention, exec=exec_spec, role=role)
             if spec.run_id in seen:

@@ -64,6 +64,8 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
         notes = [f"seed {s.train.seed}"] if s.train.seed else []
         if s.train.batch_seed != s.train.seed:
             notes.append(f"batches of seed {s.train.batch_seed}")
+        if s.data.train_fraction < 1:  # isoflop.repeats: same N and D, fewer unique tokens
+            notes.append(f"train_fraction {s.data.train_fraction:g}")
         if len(cfg.train.schedule_list()) > 1:
             notes.append(s.train.schedule)
         if cfg.train.variants or cfg.train.batch_rule_steps:  # the recipe values that vary

@@ -29,6 +29,7 @@ import torch
 from pipeline import checkpoint
 from pipeline.data import TokenData, load_data  # load_data: re-exported
 from pipeline.data.batches import unique_tokens_seen
+from pipeline.data.subset import train_subset
 from pipeline.ledger import ui
 from pipeline.model import build_model
 from pipeline.train import objective, parallel
@@ -104,7 +105,7 @@ class RunResult:
     diverged_step: int | None = None
     resumed_from: int | None = None  # step of the checkpoint this attempt started from
     curve: dict[str, list[float]] = field(default_factory=dict)  # step, tokens, val_loss
-    train_tokens: int = 0  # unique tokens available: the train split's length
+    train_tokens: int = 0  # unique tokens available: the run's share of the train split
     unique_tokens: int = 0  # distinct train-split tokens the batches covered
     final_val_accuracy: float = math.nan  # classify (vit): share of val images right
 
@@ -275,7 +276,9 @@ class _Run:
 
 def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> TokenData:
     """The run's tokens (loaded if not handed in), checked against the model's vocabulary,
-    their fingerprints tagged (provenance: exactly which tokens this run saw)."""
+    their fingerprints tagged (provenance: exactly which tokens this run saw), the train
+    split cut to the run's spec.data.train_fraction (pipeline.data.subset: the cache holds
+    the whole split, shared by every fraction; validation is never cut)."""
     data = data or load_data(spec.data)
     expected = model_vocab_size(spec.model.family, data.vocab_size)
     if expected != spec.model.vocab_size:
@@ -291,6 +294,9 @@ def _checked_data(spec: RunSpec, data: TokenData | None, tracker: Tracker) -> To
                          f"{data.image_size}x{data.image_size} of {data.channels}")
     tracker.set_tags({keys.TAG_DATA_FINGERPRINT: data.fingerprint,
                       keys.TAG_CORPUS_FINGERPRINT: data.corpus_fingerprint})
+    # From here on the split is the run's share: its batches, data/train_tokens (U),
+    # final/epochs = D / U and final/unique_tokens all count it.
+    data = train_subset(data, spec.data.train_fraction)
     tracker.log_dataset(ui.dataset(spec, data.fingerprint, len(data.train), len(data.val),
                                    data.train_bytes))
     return data

@@ -25,7 +25,9 @@ FINAL_VAL_ACCURACY = "final/val_accuracy"
 FINAL_TRAIN_LOSS = "final/train_loss"
 FINAL_TOKENS = "final/tokens"  # D: tokens actually consumed
 FINAL_STEPS = "final/steps"
-TRAIN_SPLIT_TOKENS = "data/train_tokens"  # unique tokens available: the train split's length
+# unique tokens available: the train split's length, or the run's share of it
+# (DataSpec.train_fraction < 1)
+TRAIN_SPLIT_TOKENS = "data/train_tokens"
 FINAL_EPOCHS = "final/epochs"  # D / data/train_tokens: passes over the train split
 FINAL_UNIQUE_TOKENS = "final/unique_tokens"  # distinct train-split tokens the run trained on
 FINAL_PATCH_TOKENS = "final/patch_tokens"  # vit: images x (patches + [CLS]), the tokens read

@@ -48,6 +48,15 @@ class DataSpec:
     image_size: int | None = None
     """Image corpora ("images:..."): the side every image is resized to, in pixels; None
     keeps the source's own size (the digits are 8x8). Unused by text corpora."""
+    train_fraction: float = 1.0
+    """Share of the train split this run may read, in (0, 1]: its unique tokens (images) U
+    are kept_count(split, train_fraction) of them, taken as the leading train_fraction of
+    each of up to 256 equal blocks of the split (pipeline.data.subset: spread over the
+    whole split, which is in sorted document order, so a third of it is not just its first
+    third of files), so a run of D tokens makes D / U passes over them. 1.0: the whole split.
+    The token cache is the split's (one per corpus and tokenizer); the validation split is
+    never cut. A share, not a count: the same sweep means the same thing on any corpus.
+    In run_id only when below 1 (runs from before it existed keep their ids)."""
 
 
 @dataclass(frozen=True)
@@ -214,7 +223,7 @@ class RunSpec:
 _ADDED_LATER = (("train", "sampling", "random"), ("train", "mask_rate", 0.15),
                 ("train", "head_precision", "autocast"), ("train", "data_seed", None),
                 ("model", "image_size", 0), ("model", "patch_size", 0), ("model", "channels", 0),
-                ("data", "image_size", None))
+                ("data", "image_size", None), ("data", "train_fraction", 1.0))
 """(section, field, value every run had before the field existed)."""
 
 

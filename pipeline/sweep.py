@@ -15,7 +15,8 @@
   6. progress on the terminal; Ctrl-C marks runs in flight killed (they resume next time);
      held-out budgets once the main runs are in: Approach 2 fitted on them here (this entry
      point composes the analysis), the runs planned at its optimum by pipeline.planner.holdout
-  7. summary table, then the fit and report (analysis.report) and the path to it
+  7. summary table, then the fit and report (analysis.report), the path to it and its
+     answer (what to train, how sure, what next: fit.json summary.answer)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from rich.markup import escape
 
 from pipeline.config import SweepConfig, SweepError, load_sweep_and_sha256
 from pipeline.data.repetition import repetition_problem
@@ -351,7 +354,21 @@ def _report(name: str, uri: str, corpus: str, sweep_file: str) -> str | None:
             f"retry with: {regenerate}")
         return None
     say(f"report: {path}")
+    _say_answer(path)
     return str(path)
+
+
+def _say_answer(report_html: Path) -> None:
+    """The report's answer (fit.json summary.answer: analysis.reporting.answer) as the sweep's
+    last lines: what to train, how sure, what next (issue 55)."""
+    from analysis.reporting.answer import answer_lines
+
+    try:
+        fit = json.loads((report_html.parent / "fit.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    for line in answer_lines((fit.get("summary") or {}).get("answer")):
+        say(escape(line))
 
 
 def sweep_json(name: str, uri: str, page: str, plan: Plan, results: dict[str, dict],

@@ -4,6 +4,8 @@ summary.answer and in the terminal's last lines."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,18 @@ def test_an_interval_that_cannot_be_shown_is_not(result):
                    result.reference_flops, float(BUDGETS.max()))
     assert found.intervals["n_opt"] is None and "excludes its own estimate" in found.cell("n_opt")
     assert found.intervals["d_opt"] is not None
+
+
+def test_a_report_and_a_sweep_end_with_the_answer(result, tmp_path, capsys):
+    """analysis.report's last lines and the sweep's, read from the report's fit.json (so a
+    report kept because nothing changed says the same)."""
+    from analysis.report import _say_answer as report_says
+    from pipeline.sweep import _say_answer as sweep_says
+
+    (tmp_path / "fit.json").write_text(json.dumps(analysis_to_json(result), allow_nan=False))
+    lines: list[str] = []
+    report_says(tmp_path, lines.append)
+    assert lines == answer_lines(analysis_to_json(result)["summary"]["answer"])
+    sweep_says(tmp_path / "report.html")
+    out = " ".join(capsys.readouterr().out.split())
+    assert " ".join(lines[0].split()) in out and "next: train the predicted optimum" in out

@@ -144,7 +144,7 @@ class Analysis:
         costs = line_costs(fitted)
         largest = float(costs.max()) if len(fitted) else self.reference_flops
         return answer(self.fits, self.verdict, self.model_spread, self.reference_flops,
-                      largest)
+                      largest, fitted.data_unit)
 
 
 def analyze(

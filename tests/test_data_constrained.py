@@ -280,3 +280,27 @@ def test_predict_refuses_more_unique_tokens_than_the_corpus(capsys) -> None:
             "--unique-tokens", "1e12"]
     assert run_main(predict.main, args) == 2
     assert "larger than the corpus the runs trained on" in _error_line(capsys.readouterr().err)
+
+
+def test_the_report_warns_when_no_run_had_fresh_data() -> None:
+    """All runs repeating one U (vit_digits): what the law owes to repetition is an
+    extrapolation to data the runs never had, and the report says so."""
+    from types import SimpleNamespace
+
+    from analysis.reporting.document import to_markdown
+    from analysis.reporting.repetition import repetition_section
+
+    n = np.repeat([1e7, 3e7, 1e8, 3e8], 5)
+    d = 1e9 * np.tile([2.0, 4.0, 8.0, 16.0, 32.0], 4)
+    u = np.full(n.size, 1e9)
+    loss = np.exp(dc.log_loss(TRUE, np.log(n), np.log(d), np.log(u), "additive"))
+    est = FITS["data_constrained"].run(FitInput(_runs(n, d, u, loss), None, 1e19, 0, 0))
+    assert isinstance(est, Estimate)
+    md = to_markdown(repetition_section(SimpleNamespace(fits={"data_constrained": est},
+                                                        verdict=None)))
+    assert "Caution: every fitted run repeats its data, all the same U = 1e+09" in md
+    fresh = FITS["data_constrained"].run(FitInput(_runs(*_design(0.0)[:3], _design(0.0)[3]),
+                                                  None, 1e19, 0, 0))
+    md = to_markdown(repetition_section(SimpleNamespace(fits={"data_constrained": fresh},
+                                                        verdict=None)))
+    assert "## Repeated data" in md and "Caution" not in md

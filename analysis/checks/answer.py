@@ -57,6 +57,8 @@ class Answer:
     """Tokens per parameter across the laws that pass their backtest, or every parametric law
     when none does (analysis.checks.model_spread: ``spread_note`` says which), None without."""
     spread_note: str
+    unit: str
+    """What D counts ("tokens", "images", ...)."""
     next_flops: float
 
     def sure(self) -> str:
@@ -70,8 +72,10 @@ class Answer:
                          f"{self.backtest_error:.1%} ({ok} the {TARGET:.0%} target)")
         if self.tokens_spread is not None:
             lo, hi = self.tokens_spread
-            parts.append(f"{sig3(lo)}-{sig3(hi)} tokens per parameter across "
-                         f"{self.spread_note or 'the laws'}")
+            which = ("every parametric law (none passes its backtest)"
+                     if self.spread_note.startswith("no law") else
+                     "the laws that pass their backtest")
+            parts.append(f"{sig3(lo)}-{sig3(hi)} {self.unit} per parameter across {which}")
         return "; ".join(parts)
 
     def next_step(self) -> str:
@@ -106,7 +110,7 @@ class Answer:
 
 def answer(fits: Mapping[str, Estimate | Skipped], verdict: Verdict | None,
            spread: ModelSpread | Skipped | None, reference_flops: float,
-           largest_budget: float) -> Answer | None:
+           largest_budget: float, unit: str = "tokens") -> Answer | None:
     """The answer at ``reference_flops`` from the headline law; None without a headline."""
     if verdict is None or verdict.headline is None:
         return None
@@ -132,4 +136,4 @@ def answer(fits: Mapping[str, Estimate | Skipped], verdict: Verdict | None,
            "without a rolling-origin backtest, the parametric law whose residuals are closest "
            "to the noise (or smallest)")
     return Answer(reference_flops, name, law.what, why, values, intervals, problems,
-                  law.backtest_error, tokens, note, NEXT_FACTOR * largest_budget)
+                  law.backtest_error, tokens, note, unit, NEXT_FACTOR * largest_budget)

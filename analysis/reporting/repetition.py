@@ -73,10 +73,18 @@ def repetition_section(result: Analysis) -> list[Block]:
     name = headline if headline in fitted else next(iter(fitted))
     fit = fitted[name].fit
     runs = sorted(fit.repeated, key=lambda r: -r.epochs)[:MAX_ROWS]
+    one_u = len({round(r.unique_tokens, 6) for r in fit.repeated}) == 1
+    fresh = len(fit.repeated) < fit.law.n_points
+    caveat = ("" if fresh and not one_u else
+              " Caution: every fitted run repeats its data" + (
+                  f", all the same U = {fmt(fit.repeated[0].unique_tokens)}" if one_u else "")
+              + ", so the law's fresh-data form is an extrapolation the runs never saw: these "
+              "numbers are the law's, not measured (a share above 100% says the extrapolation "
+              "fails).")
     blocks.append(Paragraph(
         f"What {name} ({FITS[name].words}) attributes to repetition at the most repeated "
         f"runs ({len(runs)} of {len(fit.repeated)}): L(N, D, U) − L(N, D, fresh data), in "
-        "nats and as a share of the observed loss."))
+        f"nats and as a share of the observed loss.{caveat}"))
     blocks.append(Table(
         ("run", "N", "D", "U", "epochs", "loss", "owed to repetition", "share"),
         tuple((r.run_id, fmt(r.N), fmt(r.D), fmt(r.unique_tokens), f"{r.epochs:.3g}",

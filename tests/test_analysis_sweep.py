@@ -186,7 +186,8 @@ def test_fit_command_prints_the_json_schema(store, capsys):
     approaches = out["approaches"]
     assert {k: v["status"] for k, v in approaches.items()} == {
         "kaplan": "ok", "1": "ok", "2": "ok", "3": "ok", "interaction": "ok",
-        "kaplan_joint": "ok", "quadratic": "ok"}
+        "kaplan_joint": "ok", "quadratic": "ok", "data_constrained": "skipped",
+        "data_constrained_interaction": "skipped"}  # no run repeats its data
     assert out["summary"]["headline"]["approach"] in ("3", "interaction", "kaplan_joint")
     three = approaches["3"]
     for name in ("E", "A", "B", "alpha", "beta", "a", "b"):

@@ -4,8 +4,9 @@
     python -m analysis.predict --csv tests/data/chinchilla_epoch_fig4.csv --n-col "Model Size" \\
         --c-col "Training FLOP" --loss-col loss --drop-highest-loss 5 --flops 5.76e23 --json
 
-Prints N_opt, D_opt, tokens per parameter and (Approach 3) the predicted loss, each with its
-95% bootstrap interval, then the nearest buildable shape of the sweep's family as a sweep file
+Prints N_opt, D_opt, tokens per parameter and the predicted loss from the headline law (the
+one the report's answer uses: analysis.checks.verdict.headline_rule; --approach picks another),
+each with its 95% bootstrap interval, then the nearest buildable shape of the sweep's family as a sweep file
 to run (a CSV names no family: a stand-in gpt shape where one is near N_opt, else the
 allocation alone and why), or with --write FILE the next sweep file with the source sweep's whole recipe
 (pipeline/next_sweep.py). C is in the fits' convention: --flops-convention, else the sweep
@@ -33,9 +34,15 @@ from analysis.cli import (
     run_main,
 )
 from analysis.errors import DataError, FitError
-from analysis.fits.table import predictable
+from analysis.fits.table import headline_candidates, predictable
 from analysis.inputs import BOOTSTRAP, SEED, check_new_file, finite_positive
-from analysis.runs.shapes import DEFAULT_FAMILY, DEFAULT_SEQ_LEN, ShapeChoice, nearest_shape
+from analysis.runs.shapes import (
+    DEFAULT_FAMILY,
+    DEFAULT_SEQ_LEN,
+    ShapeChoice,
+    nearest_shape,
+    train_units,
+)
 from analysis.runs.table import RunsTable
 from analysis.schema import clean
 from analysis.text import fmt, fmt_interval
@@ -57,9 +64,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flops", type=finite_positive, required=True, metavar="C",
                    help="compute budget")
     p.add_argument("--approach", choices=predictable(),
-                   help="which allocation to use (default 3, or data_constrained with "
-                        "--unique-tokens; 3 and the laws also predict the loss; fit.json's "
-                        "summary.headline says which law describes the runs)")
+                   help="which allocation to use (default: the headline law, the one the "
+                        "report's answer and fit.json's summary.answer use; "
+                        "data_constrained with --unique-tokens; the laws also predict the "
+                        "loss)")
     p.add_argument("--unique-tokens", metavar="U",
                    help="the unique tokens of the corpus to train on (a number, or 'corpus': "
                         "the train split the sweep's runs recorded): also the optimum when "
@@ -82,12 +90,9 @@ DATA_CONSTRAINED = ("data_constrained", "data_constrained_interaction")
 
 
 def corpus_tokens(runs: RunsTable) -> float | None:
-    """The train split a sweep's runs recorded (D / epochs, their median), None for
-    published data or runs that do not record their epochs."""
-    if runs.family() is None or "epochs" not in runs.frame.columns:
-        return None
-    size = (runs.frame["D"] / runs.frame["epochs"]).dropna()
-    return None if size.empty else float(size.median())
+    """The train split a sweep's runs recorded, None for published data (whose epochs, if a
+    CSV gives them, are of another corpus than a sweep would train on)."""
+    return None if runs.family() is None else train_units(runs)
 
 
 def _unique_tokens(args: argparse.Namespace, runs: RunsTable) -> float | None:
@@ -111,13 +116,31 @@ def _unique_tokens(args: argparse.Namespace, runs: RunsTable) -> float | None:
     return u
 
 
-def _approach(args: argparse.Namespace) -> str:
-    if args.approach is None:
-        return "data_constrained" if args.unique_tokens is not None else "3"
-    if args.unique_tokens is not None and args.approach not in DATA_CONSTRAINED:
+def _check_approach(args: argparse.Namespace) -> None:
+    if (args.approach is not None and args.unique_tokens is not None
+            and args.approach not in DATA_CONSTRAINED):
         raise DataError(f"--unique-tokens needs a data-constrained law (--approach "
                         f"{' or '.join(DATA_CONSTRAINED)}), not --approach {args.approach}")
-    return str(args.approach)
+
+
+def headline(runs: RunsTable, curves: object, args: argparse.Namespace) -> tuple[str, str]:
+    """The law to predict with when --approach is not given, and why (a few words).
+
+    The headline law by the report's rule (analysis.checks.verdict.headline_rule), chosen on
+    the same runs with the same options, so that `predict --flops C` at the sweep's largest
+    budget gives the report's answer (issue 55: predict used Approach 3 while the report
+    answered with the interaction law). The choice needs every candidate's point fit and its
+    rolling-origin backtest, not their bootstraps: the intervals are then drawn for the chosen
+    law alone, with the same seed, so they are the report's too."""
+    chosen = analyze(runs, curves, bootstrap=0, seed=args.seed,
+                     approaches=headline_candidates(), reference_flops=args.flops,
+                     conventions=False, max_epochs=args.max_epochs,
+                     holdout_above=args.holdout_above, backtests=True,
+                     bootstrap_by=args.bootstrap_by)
+    name = chosen.verdict.headline if chosen.verdict is not None else None
+    if name is None:
+        return "3", "no parametric law could be fitted, so Approach 3 (which says why)"
+    return name, "the headline law, as in the report's answer"
 
 
 def _corpus_block(est: object, law: object, unique_tokens: float) -> dict:
@@ -135,7 +158,7 @@ def _corpus_block(est: object, law: object, unique_tokens: float) -> dict:
 
 def predict(args: argparse.Namespace) -> dict:
     """The prediction as a JSON-ready dict (the --json output)."""
-    args.approach = _approach(args)
+    _check_approach(args)
     if args.write and not args.sweep_file:
         raise DataError("--write needs --sweep-file: the sweep whose recipe the next one keeps")
     if args.write:  # checked whole before the fit: a refusal costs no fit and writes nothing
@@ -144,6 +167,19 @@ def predict(args: argparse.Namespace) -> dict:
         _next_sweep(args, n_guess, CHINCHILLA_TOKENS_PER_PARAM * n_guess, write=False)
     runs, curves = load_input(args)
     unique_tokens = _unique_tokens(args, runs)
+    corpus = corpus_tokens(runs)
+    if args.write and unique_tokens is not None and unique_tokens < (corpus or 0) * (1 - 1e-6):
+        raise DataError(f"--write with --unique-tokens {unique_tokens:.4g}: the next sweep "
+                        f"trains on its whole corpus ({corpus:.4g} train units), not on part "
+                        "of it; give --unique-tokens corpus, or write it for a corpus of that "
+                        "size (data.max_bytes in --sweep-file)")
+    why = "--approach"
+    if args.approach is None and unique_tokens is not None:
+        # The report answers for fresh data; a corpus needs a law that knows U: the simpler
+        # one (choosing between the two would backtest both, ~10x one fit of them).
+        args.approach, why = "data_constrained", "the data-constrained law, as U is given"
+    elif args.approach is None:
+        args.approach, why = headline(runs, curves, args)
     # No convention refits: a prediction needs one allocation, not its sensitivity.
     result = analyze(runs, curves, bootstrap=args.bootstrap, seed=args.seed,
                      approaches=(args.approach,), reference_flops=args.flops,
@@ -153,13 +189,16 @@ def predict(args: argparse.Namespace) -> dict:
     est = result.approaches()[args.approach]
     if isinstance(est, Skipped):
         raise FitError(f"approach {args.approach} cannot be fitted: {est.reason}")
-    shape = nearest_shape(est.point["n_opt"], args.flops, runs)
+    # With a fixed corpus the run to train is the optimum with only that corpus.
+    n_run = est.point["n_opt" if unique_tokens is None else "n_opt_corpus"]
+    shape = nearest_shape(n_run, args.flops, runs)
     stand_in = runs.family() is None  # published data: the shape is a stand-in's, if any
     if stand_in and not isinstance(shape, ShapeChoice):
-        shape = published_shape_note(est.point["n_opt"])
+        shape = published_shape_note(n_run)
     name = f"{args.sweep or 'published'}-optimal"
     out = {
-        "source": result.source, "approach": args.approach, "flops": args.flops,
+        "source": result.source, "approach": args.approach, "approach_why": why,
+        "flops": args.flops,
         **{q: est.point[q] for q in QUANTITIES if q in est.point},
         "ci95": {q: est.ci95(q).as_list() for q in QUANTITIES if est.ci95(q) is not None},
         "shape": shape.__dict__ if isinstance(shape, ShapeChoice) else None,
@@ -170,8 +209,12 @@ def predict(args: argparse.Namespace) -> dict:
     }
     if unique_tokens is not None:
         out["corpus"] = _corpus_block(est, est.fit.law, unique_tokens)
-    if args.write:
+    if args.write and unique_tokens is None:
         _next_sweep(args, est.point["n_opt"], est.point["d_opt"], write=True)
+        out["written"] = args.write
+    elif args.write:  # the optimum with only the corpus: sizes around it, epochs allowed
+        _next_sweep(args, est.point["n_opt_corpus"], est.point["d_opt_corpus"], write=True,
+                    corpus_units=unique_tokens)
         out["written"] = args.write
     return clean(out)
 
@@ -186,7 +229,8 @@ def published_shape_note(n_opt: float) -> str:
             "buildable shape needs a sweep's family (--sweep or --export)")
 
 
-def _next_sweep(args: argparse.Namespace, n_opt: float, d_opt: float, *, write: bool) -> None:
+def _next_sweep(args: argparse.Namespace, n_opt: float, d_opt: float, *, write: bool,
+                corpus_units: float | None = None) -> None:
     """The --write file for this N_opt and D_opt, validated at its place; written if asked.
     The planner writes it (pipeline.next_sweep: an entry point may import both sides); its
     SweepError is this command's DataError, one error line and exit 2."""
@@ -196,8 +240,8 @@ def _next_sweep(args: argparse.Namespace, n_opt: float, d_opt: float, *, write: 
     out = Path(args.write)
     try:
         text = next_sweep_text(Path(args.sweep_file), out, flops=args.flops, n_opt=n_opt,
-                               d_opt=d_opt, approach=args.approach,
-                               convention=flops_convention(args))
+                               d_opt=d_opt, approach=args.approach or "headline",
+                               convention=flops_convention(args), corpus_units=corpus_units)
         if write:
             write_next_sweep(out, text, "--write")
         else:
@@ -234,8 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, allow_nan=False))
         return 0
     console = Console(markup=False)  # the source and the family are names, never markup
+    why = "" if out["approach_why"] == "--approach" else f": {out['approach_why']}"
     table = Table(title=f"Compute-optimal allocation at C = {args.flops:.3g} FLOPs "
-                        f"(approach {args.approach}; {out['source']})", title_justify="left")
+                        f"(approach {args.approach}{why}; {out['source']})",
+                  title_justify="left")
     for col in ("quantity", "estimate", "95% interval"):
         table.add_column(col)
     for q in QUANTITIES:

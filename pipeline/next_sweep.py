@@ -18,6 +18,7 @@ numbers and turns this module's SweepError into its one error line.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -61,8 +62,11 @@ def _positions(cfg: object) -> int:
 
 
 def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_opt: float,
-                    approach: str, convention: str) -> str:
-    """The YAML of the next sweep; SweepError when it cannot be made."""
+                    approach: str, convention: str, corpus_units: float | None = None) -> str:
+    """The YAML of the next sweep; SweepError when it cannot be made. ``corpus_units``: the
+    train split's size in data units (predict --unique-tokens: the sweep trains on the whole
+    corpus, and n_opt, d_opt are the optimum with only that much data): data.max_epochs is
+    then raised to what the planned runs need (``_epochs_allowed``)."""
     cfg = load_sweep(source)
     try:
         raw = _read_yaml(source.read_text(encoding="utf-8-sig"), source)
@@ -97,7 +101,36 @@ def next_sweep_text(source: Path, out: Path, *, flops: float, n_opt: float, d_op
               f"budget C = {flops:.4g} FLOPs\n# ({convention}) at approach {approach}'s "
               f"predicted optimum N_opt = {n_opt:.4g}, D_opt = {d_opt:.4g}, with the source's "
               "recipe.\n#   python -m pipeline.sweep THIS_FILE --dry-run\n")
-    return header + yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, width=96)
+    if corpus_units is not None:
+        epochs = _epochs_needed(_dump(raw), out, corpus_units)
+        if epochs > cfg.data.max_epochs:
+            allowed = _epochs_allowed(epochs)
+            raw.setdefault("data", {})["max_epochs"] = allowed
+            header += (f"# data.max_epochs {allowed:g} (the source allows "
+                       f"{cfg.data.max_epochs:g}): the optimum above is the data-constrained "
+                       f"law's with only the corpus's {corpus_units:.4g} unique units, and the "
+                       f"smallest size below trains {epochs:.3g} passes over them.\n")
+    return header + _dump(raw)
+
+
+def _dump(raw: dict) -> str:
+    return yaml.safe_dump(raw, sort_keys=False, default_flow_style=False, width=96)
+
+
+def _epochs_needed(text: str, out: Path, corpus_units: float) -> float:
+    """The most passes over ``corpus_units`` that a run of the sweep ``text`` makes."""
+    from pipeline.config import parse_sweep
+    from pipeline.planner import expand, vocab_size_for
+
+    cfg = parse_sweep(text, out)
+    plan = expand(cfg, out, vocab_size_for(cfg) or 2)  # D depends on N, not on the classes
+    return max((s.tokens / corpus_units for s in plan.specs), default=0.0)
+
+
+def _epochs_allowed(epochs: float) -> float:
+    """data.max_epochs for runs that need ``epochs`` passes: 5% more (the train split of a
+    new checkout may differ by a few blocks), rounded up to a tenth."""
+    return math.ceil(epochs * 1.05 * 10) / 10
 
 
 def validate_next_sweep(out: Path, text: str, option: str = "--write") -> None:

@@ -169,7 +169,8 @@ def test_predict_on_published_data_uses_a_default_gpt_shape(capsys):
 def test_predict_beyond_the_family_says_why_there_is_no_shape(capsys):
     from analysis.predict import main
 
-    assert main([*EPOCH_ARGS, "--flops", "5.76e23", "--bootstrap", "0", "--json"]) == 0
+    assert main([*EPOCH_ARGS, "--flops", "5.76e23", "--approach", "3", "--bootstrap", "0",
+                 "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     # Published runs name no family: the stand-in's rule and its "raise max_depth" are not
     # the user's to change, so the note says what a shape needs instead.

@@ -207,8 +207,8 @@ def test_predict_prints_a_sweep_file_that_the_pipeline_accepts(store, capsys):
     from analysis.predict import main
     from pipeline.config import parse_sweep
 
-    assert main(["--sweep", "demo", "--tracking-uri", store, "--flops", "1e14",
-                 "--bootstrap", "20", "--json"]) == 0
+    assert main(["--sweep", "demo", "--tracking-uri", store, "--flops", "1e14", "--approach",
+                 "3", "--bootstrap", "20", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_opt"] == pytest.approx(np.sqrt(1e14 / 6), rel=0.3)  # the law's optimum
     low, high = out["ci95"]["loss_opt"]  # noise-free runs: a (nearly) zero-width interval
@@ -312,7 +312,8 @@ def test_predict_writes_the_next_sweep_with_the_source_recipe(store, tmp_path, c
     source = Path(__file__).resolve().parents[1] / "sweeps" / "chinchilla.yaml"
     out = tmp_path / "next.yaml"
     args = ["--sweep", "demo", "--tracking-uri", store, "--sweep-file", str(source),
-            "--flops", "2e13", "--bootstrap", "0", "--json", "--write", str(out)]
+            "--flops", "2e13", "--approach", "3", "--bootstrap", "0", "--json", "--write",
+            str(out)]
     assert main(args) == 0
     predicted = json.loads(capsys.readouterr().out)
     assert predicted["written"] == str(out)

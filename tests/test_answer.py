@@ -85,3 +85,32 @@ def test_a_report_and_a_sweep_end_with_the_answer(result, tmp_path, capsys):
     sweep_says(tmp_path / "report.html")
     out = " ".join(capsys.readouterr().out.split())
     assert " ".join(lines[0].split()) in out and "next: train the predicted optimum" in out
+
+
+def test_predict_at_the_largest_budget_gives_the_answer(tmp_path, capsys):
+    """One law answers everywhere (issue 55): `analysis.predict` without --approach uses the
+    headline law, so at the largest budget it gives the report's N_opt and D_opt with the same
+    intervals. Runs from an interaction law (γ = 0.8), where the headline is not Approach 3,
+    predict's default before."""
+    from analysis.fit import main as fit
+    from analysis.predict import main as predict
+
+    rng = np.random.default_rng(1)
+    rows = ["N,D,C,loss"]
+    for c in (1e17, 1e18, 1e19):
+        for n in np.sqrt(c / 120) * np.geomspace(0.25, 4, 5):
+            d = c / (6 * n)
+            loss = (1.7 + (400 / n**0.34 + 410 / d**0.28) ** 0.8) * np.exp(rng.normal(0, 0.003))
+            rows.append(f"{n:.6g},{d:.6g},{c:.6g},{loss:.6g}")
+    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n")
+    source = ["--csv", str(tmp_path / "runs.csv"), "--bootstrap", "10", "--json"]
+    assert fit([*source, "--jobs", "1"]) == 0
+    answer = json.loads(capsys.readouterr().out)["summary"]["answer"]
+    assert answer["law"] == "interaction" and answer["flops"] == pytest.approx(1e19)
+    assert predict([*source, "--flops", "1e19"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["approach"], out["approach_why"]) == (
+        answer["law"], "the headline law, as in the report's answer")
+    for q in ("n_opt", "d_opt"):
+        assert out[q] == pytest.approx(answer[q], rel=1e-12)
+        assert out["ci95"][q] == pytest.approx(answer[f"{q}_ci95"], rel=1e-12)

@@ -117,12 +117,13 @@ def nearest_shape(n_target: float, flops: float, runs: RunsTable | None) -> Shap
         # 6·N per token; a vit image is `positions` tokens (flops_per_token's 6nd for it).
         tokens=flops / flop_counts.flops_per_token(cfg, "6nd"),
         tokenizer_vocab=cfg.vocab_size - fam.objective.extra_tokens,
-        image=image, train_units=_train_units(runs) if image else None,
+        image=image, train_units=train_units(runs) if image else None,
     )
 
 
-def _train_units(runs: RunsTable | None) -> float | None:
-    """The train split's size the runs record (D / epochs), None when they do not."""
+def train_units(runs: RunsTable | None) -> float | None:
+    """The train split's size the runs record (D / epochs, their median), None when they do
+    not (published data, runs without final/epochs)."""
     if runs is None or "epochs" not in runs.frame.columns:
         return None
     size = (runs.frame["D"] / runs.frame["epochs"]).dropna()

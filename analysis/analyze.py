@@ -195,13 +195,13 @@ def analyze(
         bootstrap_by = resolve_by(bootstrap_by, runs.column("budget"))
         strata = runs.column("budget") if bootstrap_by == "budget" else None
         fits = fit_all(FitInput(runs, fitted_curves, ref, bootstrap, seed, n_jobs, strata,
-                                unique_tokens),
+                                unique_tokens, selection.repeats),
                        wanted, progress)
         a2, a3 = fits.get("2", NOT_REQUESTED), fits.get("3", NOT_REQUESTED)
         extrapolation = _extrapolation(runs, a2, a3)
         t0 = time.monotonic()
         tests = backtest(runs, selection.holdout, fitted_curves, fits, seed,
-                         rolling=backtests)
+                         rolling=backtests, repeats=selection.repeats)
         if progress is not None and backtests:
             progress(f"rolling-origin backtests in {time.monotonic() - t0:.1f} s")
         verdict = judge_laws(fits, runs, selection.holdout, sigma, tests,

@@ -186,6 +186,7 @@ def analysis_to_json(result: Analysis) -> dict[str, Any]:
             "holdout_above": sel.holdout_above,
             "left_out": [{"run": e.run, "reason": e.reason} for e in sel.left_out],
             "repeated_data": [{"run": run, "epochs": epochs} for run, epochs in sel.repeated],
+            "repeat_variants": 0 if sel.repeats is None else len(sel.repeats),
         },
         "noise": noise_to_json(result.noise),
         "noise_propagation": (

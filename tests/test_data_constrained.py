@@ -282,6 +282,52 @@ def test_predict_refuses_more_unique_tokens_than_the_corpus(capsys) -> None:
     assert "larger than the corpus the runs trained on" in _error_line(capsys.readouterr().err)
 
 
+def _low_epochs_vit(tmp_path: Path) -> tuple[Path, Path]:
+    """vit_digits' export, and its sweep file with data.max_epochs lowered to 5."""
+    root = Path(__file__).parents[1]
+    text = (root / "sweeps" / "vit_digits.yaml").read_text(encoding="utf-8")
+    lines = [("  max_epochs: 5.0" if line.startswith("  max_epochs: 2000") else line)
+             for line in text.splitlines()]
+    assert "  max_epochs: 5.0" in lines
+    source = tmp_path / "vit_low.yaml"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root / "reports" / "vit_digits" / "runs_export.json", source
+
+
+def test_predict_writes_the_sweep_for_the_corpus_and_it_dry_runs(tmp_path, capsys,
+                                                                   monkeypatch) -> None:
+    """--write with --unique-tokens corpus: sizes around the optimum with only the corpus,
+    data.max_epochs raised to the passes they make (and the file says why), and the sweep
+    it writes passes the planner's repetition check in a dry run."""
+    from pipeline.config import load_sweep
+    from pipeline.sweep import main as sweep
+
+    export, source = _low_epochs_vit(tmp_path)
+    out = tmp_path / "vit_next.yaml"
+    args = ["--export", str(export), "--sweep-file", str(source), "--flops", "3e12",
+            "--unique-tokens", "corpus", "--bootstrap", "0", "--json", "--write", str(out)]
+    assert run_main(predict.main, args) == 0
+    found = json.loads(capsys.readouterr().out)
+    cfg = load_sweep(out)
+    assert cfg.data.max_epochs > max(5.0, found["corpus"]["epochs_corpus"])
+    assert f"# data.max_epochs {cfg.data.max_epochs:g} (the source allows 5)" in \
+        out.read_text(encoding="utf-8")
+    assert found["shape"]["params_total"] == pytest.approx(found["corpus"]["n_opt_corpus"],
+                                                           rel=0.6)  # the corpus optimum's
+    monkeypatch.chdir(tmp_path)
+    assert sweep([str(out), "--dry-run", "--no-estimate", "--quiet"]) == 0
+    assert "error" not in capsys.readouterr().err
+
+
+def test_predict_refuses_to_write_a_sweep_for_part_of_the_corpus(tmp_path, capsys) -> None:
+    export, source = _low_epochs_vit(tmp_path)
+    args = ["--export", str(export), "--sweep-file", str(source), "--flops", "3e12",
+            "--unique-tokens", "1000", "--bootstrap", "0", "--write", str(tmp_path / "n.yaml")]
+    assert run_main(predict.main, args) == 2
+    assert "trains on its whole corpus" in _error_line(capsys.readouterr().err)
+    assert not (tmp_path / "n.yaml").exists()
+
+
 def test_the_report_warns_when_no_run_had_fresh_data() -> None:
     """All runs repeating one U (vit_digits): what the law owes to repetition is an
     extrapolation to data the runs never had, and the report says so."""
@@ -304,3 +350,38 @@ def test_the_report_warns_when_no_run_had_fresh_data() -> None:
     md = to_markdown(repetition_section(SimpleNamespace(fits={"data_constrained": fresh},
                                                         verdict=None)))
     assert "## Repeated data" in md and "Caution" not in md
+
+
+def test_repeat_variants_are_fitted_by_the_data_constrained_laws_only() -> None:
+    """analysis.runs.selection rule 4: cells at the N and D of a main cell on a tenth of its
+    unique tokens (a sweep's isoflop.repeats) go to the laws that model U. Approach 3 then
+    fits exactly what it fits without them, Approach 2's parabolas have the main sizes only,
+    the backtest predicts the main cells, and the data-constrained law fits all 40."""
+    from analysis.analyze import analyze
+    from analysis.runs.selection import select_runs
+
+    n, d, u, budget = [], [], [], []
+    for c in (1e18, 3e18, 1e19, 3e19):
+        for size in np.sqrt(c / 120) * np.geomspace(0.25, 4, 5):
+            for share in (1.0, 0.1):  # the main cell, then its variant on a tenth
+                n.append(size), d.append(c / (6 * size)), budget.append(c)
+                u.append(share * c / (6 * size))
+    n, d, u, budget = map(np.array, (n, d, u, budget))
+    ln = dc.log_loss(TRUE, np.log(n), np.log(d), np.log(u), "additive")
+    loss = np.exp(ln + 0.002 * np.random.default_rng(2).standard_normal(n.size))
+    runs = _runs(n, d, u, loss)
+    runs = runs.with_frame(runs.frame.assign(budget=budget))
+    main = runs.subset(u == d)
+    selection = select_runs(runs)
+    assert len(selection.fitted) == len(selection.repeats) == 20
+    np.testing.assert_array_equal(selection.fitted.column("N"), main.column("N"))
+    laws = ("2", "3", "data_constrained")
+    both = analyze(runs, bootstrap=0, conventions=False, approaches=laws)
+    alone = analyze(main, bootstrap=0, conventions=False, approaches=("2", "3"), backtests=False)
+    assert both.fits["3"].point == alone.fits["3"].point
+    assert both.fits["2"].point == alone.fits["2"].point
+    assert FITS["data_constrained"].json_fields(both.fits["data_constrained"].fit)[
+        "n_repeated"] == 20
+    first = both.backtests.rolling[0]
+    assert len(first.cells) == 5 and "data_constrained" not in first.skipped
+    assert all(cell.predicted["data_constrained"] is not None for cell in first.cells)

@@ -167,16 +167,20 @@ def heldout_step(fitted: RunsTable, heldout: RunsTable | None,
 
 
 def _refit(name: str, runs: RunsTable, curves: pd.DataFrame | None,
-           seed: int) -> object | str:
-    """The law ``name`` fitted on ``runs`` (no bootstrap), or why it could not be."""
+           seed: int, repeats: RunsTable | None = None) -> object | str:
+    """The law ``name`` fitted on ``runs`` (no bootstrap; a law that models U also on the
+    ``repeats`` variants), or why it could not be."""
     ref = float(runs.column("C").max())
-    est = FITS[name].run(FitInput(runs, curves, ref, 0, seed))
+    est = FITS[name].run(FitInput(runs, curves, ref, 0, seed, repeats=repeats))
     return est.fit if isinstance(est, Estimate) else est.reason
 
 
 def rolling_origin(fitted: RunsTable, curves: pd.DataFrame | None,
-                   laws: tuple[str, ...], seed: int = 0) -> tuple[BacktestStep, ...] | Skipped:
-    """Each law refitted on the budgets up to C_j, predicting C_(j+1) (module docstring)."""
+                   laws: tuple[str, ...], seed: int = 0,
+                   repeats: RunsTable | None = None) -> tuple[BacktestStep, ...] | Skipped:
+    """Each law refitted on the budgets up to C_j, predicting C_(j+1) (module docstring).
+    Every law predicts the same cells, those of ``fitted``; the repeat variants of the
+    budgets up to C_j (``repeats``) are fitted by the laws that model U."""
     budget = fitted.column("budget")
     labels = np.unique(budget[np.isfinite(budget)])
     if labels.size < MIN_ORIGIN_BUDGETS + 1:
@@ -188,7 +192,9 @@ def rolling_origin(fitted: RunsTable, curves: pd.DataFrame | None,
     for j in range(MIN_ORIGIN_BUDGETS - 1, labels.size - 1):
         train = fitted.subset(costs <= labels[j] * (1 + 1e-9))
         target = fitted.subset(budget == labels[j + 1])
-        refits = {name: _refit(name, train, curves, seed) for name in laws}
+        extra = (None if repeats is None else
+                 repeats.subset(line_costs(repeats) <= labels[j] * (1 + 1e-9)))
+        refits = {name: _refit(name, train, curves, seed, extra) for name in laws}
         steps.append(BacktestStep(
             fitted_up_to=float(labels[j]), n_fitted=len(train),
             cells=_cells(target, {k: (None if isinstance(v, str) else v)
@@ -199,10 +205,11 @@ def rolling_origin(fitted: RunsTable, curves: pd.DataFrame | None,
 
 def backtest(fitted: RunsTable, heldout: RunsTable | None, curves: pd.DataFrame | None,
              fits: Mapping[str, Estimate | Skipped], seed: int = 0, *,
-             rolling: bool = True) -> Backtests:
+             rolling: bool = True, repeats: RunsTable | None = None) -> Backtests:
     """Both backtests of every judged law that was fitted on all of ``fitted`` (``rolling``
-    False: the held-out runs only)."""
+    False: the held-out runs only; ``repeats``: the repeat variants, analysis.runs.selection
+    rule 4)."""
     laws = tuple(name for name in judged() if isinstance(fits.get(name), Estimate))
     return Backtests(heldout=heldout_step(fitted, heldout, fits),
-                     rolling=(rolling_origin(fitted, curves, laws, seed) if rolling
+                     rolling=(rolling_origin(fitted, curves, laws, seed, repeats) if rolling
                               else Skipped("not asked for")))

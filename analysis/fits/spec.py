@@ -8,7 +8,7 @@ the fit module without a circle (docs/analysis.md, "Adding a fit").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -40,9 +40,24 @@ class FitInput:
     unique_tokens: float | None = None
     """A corpus size U: the data-constrained laws also report the optimum at the reference
     compute with only U unique tokens (``predict --unique-tokens``); None: not asked."""
+    repeats: RunsTable | None = None
+    """Repeat variants (analysis.runs.selection rule 4: the same N and D as a run of ``runs``
+    on fewer unique tokens), one row per cell: only a law that models U reads them
+    (``with_repeats``); None when there are none."""
 
     def columns(self, *names: str) -> tuple[np.ndarray, ...]:
         return tuple(self.runs.column(k) for k in names)
+
+    def with_repeats(self) -> FitInput:
+        """This input with the repeat variants among its runs (and, resampling by budget, in
+        their budgets' strata): what a law that models U fits."""
+        if self.repeats is None or len(self.repeats) == 0:
+            return self
+        runs = self.runs.with_frame(pd.concat([self.runs.frame, self.repeats.frame],
+                                              ignore_index=True))
+        strata = (None if self.strata is None else
+                  np.concatenate([self.strata, self.repeats.column("budget")]))
+        return replace(self, runs=runs, strata=strata, repeats=None)
 
 
 @dataclass(frozen=True)

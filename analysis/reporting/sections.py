@@ -478,6 +478,10 @@ def _fitted_words(result: Analysis) -> str:
         parts.append(f"{schedules} of another schedule left out")
     if repeats := sum(r.startswith("repeats its data") for r in reasons):
         parts.append(f"{repeats} that repeated their data left out (--max-epochs)")
+    if sel.repeats is not None:
+        parts.append(f"{len(sel.repeats)} cell(s) at the N and D of a fitted one on fewer "
+                     f"unique {result.fitted_runs.data_unit} (repeat variants) fitted by the "
+                     "data-constrained laws only")
     if sel.repeated:
         parts.append(f"{len(sel.repeated)} fitted run(s) repeat their data, up to "
                      f"{max(e for _, e in sel.repeated):.2f} epochs: repeated data is worth "

@@ -1,6 +1,7 @@
 """Which runs the fits read: main runs of one schedule, seed replicates averaged.
 
-Four rules, applied in this order, each leaving out runs with a reason:
+Five rules, applied in this order, each leaving out runs with a reason (or, the fourth,
+setting them apart for the laws that can read them):
 
 1. **Held-out runs are never fitted.** A run tagged ``role = holdout`` exists to test the
    law's prediction (``analysis.checks.heldout``); fitting it would make that test circular.
@@ -17,7 +18,15 @@ Four rules, applied in this order, each leaving out runs with a reason:
    a lower loss than fresh data would give it (Muennighoff et al. 2023), so a law fitted
    through it is biased. Without ``max_epochs`` such runs are kept and named
    (``FitSelection.repeated``), for the report to say so.
-4. **One point per cell.** Seed replicates are averaged (``analysis.checks.noise``).
+4. **Fresh data first: repeat variants go to the data-constrained laws only.** A run at the
+   same N and D as another but on fewer unique tokens U (a sweep's ``isoflop.repeats``, or
+   published ablations of U) differs from it only by how often it repeated its data. The
+   laws that assume fresh data would read its higher loss as noise about the same (N, D),
+   and Approach 2's parabolas would mix two curves; so such runs (U below the largest U at
+   their N and D, by more than ``U_RTOL``) are kept apart (``FitSelection.repeats``): the
+   data-constrained laws, which model U, fit them beside the fitted runs
+   (``analysis.fits.spec.FitInput.repeats``), and every other fit and check reads the rest.
+5. **One point per cell.** Seed replicates are averaged (``analysis.checks.noise``).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from analysis.checks.noise import collapse_replicates
 from analysis.errors import DataError
@@ -33,6 +43,9 @@ from analysis.runs.table import Excluded, RunsTable
 from pipeline.vocab import keys
 
 PREFERRED_SCHEDULE = "cosine"
+U_RTOL = 1e-3
+"""Relative difference in U below which two runs of one N and D trained on the same data (a
+cell's seeds can record U a few tokens apart: U = D / epochs, epochs as recorded)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,9 @@ class FitSelection:
     repeated data)."""
     repeated: tuple[tuple[str, float], ...] = ()
     """Fitted runs (before averaging) that trained more than one epoch: (name, epochs)."""
+    repeats: RunsTable | None = None
+    """Repeat variants (rule 4), one row per cell: fitted by the data-constrained laws only;
+    None when there are none."""
     holdout_above: float | None = None
     """The cost above which runs were held out (--holdout-above), None when not asked."""
 
@@ -106,12 +122,32 @@ def select_runs(runs: RunsTable, max_epochs: float | None = None,
         if not kept.any():
             raise DataError(f"{runs.source}: every run trained more than {max_epochs:g} "
                             "epoch(s) (--max-epochs); nothing to fit")
+    variant = kept & repeat_variants(runs, kept)
+    kept &= ~variant
     repeated = kept & (epochs > 1.0)
     replicates = runs.subset(kept)
     return FitSelection(
+        repeats=collapse_replicates(runs.subset(variant)) if variant.any() else None,
         fitted=collapse_replicates(replicates), replicates=replicates,
         holdout=runs.subset(held) if held.any() else None, schedule=chosen,
         left_out=tuple(left_out),
         repeated=tuple(zip(_names(runs, repeated), map(float, epochs[repeated]), strict=True)),
         holdout_above=holdout_above,
     )
+
+
+def repeat_variants(runs: RunsTable, among: np.ndarray) -> np.ndarray:
+    """Rule 4: the runs of ``among`` whose U is below the largest U of the runs of ``among``
+    at the same N and D (to ``U_RTOL``); False where U is unknown."""
+    u = runs.unique_tokens()
+    out = np.zeros(len(runs), dtype=bool)
+    if not among.any() or not np.isfinite(u[among]).any():
+        return out
+    # N and D as planned are integers; published ones are rounded to 6 significant digits.
+    key = pd.DataFrame({"n": [f"{x:.6g}" for x in runs.column("N")],
+                        "d": [f"{x:.6g}" for x in runs.column("D")],
+                        "u": np.where(among, u, np.nan)})
+    top = key.groupby(["n", "d"])["u"].transform("max").to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        out = among & np.isfinite(u) & (u < top * (1 - U_RTOL))
+    return out

@@ -240,7 +240,9 @@ def run_data_constrained(inp: FitInput, form: str,
     """The table entry: fit on the selected runs, allocation along the lines with fresh data,
     bootstrap over runs (each resample refitted from the full-data optimum). ``pending(N, D,
     U, loss)``: what the full-data fit carries as its ``identification`` (the table's:
-    analysis.checks.repetition, R_D*'s and R_N*'s profiles)."""
+    analysis.checks.repetition, R_D*'s and R_N*'s profiles). The repeat variants the other
+    laws never see (``FitInput.repeats``) are fitted here beside the runs."""
+    inp = inp.with_repeats()
     arrays = _inputs(inp.runs, form)
     if isinstance(arrays, Skipped):
         return arrays

@@ -37,6 +37,7 @@ from pipeline.data.repetition import repetition_problem
 from pipeline.driver.capacity import local_problem
 from pipeline.driver.runner import run_sweep, sigterm_as_interrupt, slots_here
 from pipeline.estimate.device import cpu_has_native_bf16
+from pipeline.estimate.timing import Timing
 from pipeline.planner import (
     HoldoutError,
     Plan,
@@ -73,7 +74,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_file")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--no-estimate", action="store_true",
-                   help="dry run without the throughput calibration")
+                   help="no throughput calibration (a few seconds of CPU): the plan without "
+                        "times, and the progress's time left from the FLOP rate of the runs "
+                        "finished")
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                    help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
@@ -83,10 +86,10 @@ def parser() -> argparse.ArgumentParser:
                         "./checkpoints); on a cluster, a folder every node mounts")
     p.add_argument("--no-report", action="store_true", help="skip the fit and report")
     p.add_argument("--device-peak", type=_positive, metavar="TFLOPS",
-                   help="dry run: time runs at this peak (TFLOP/s) x --mfu instead of "
+                   help="the plan's times: at this peak (TFLOP/s) x --mfu instead of "
                         "measuring (default: measured when the runs' device is here, else "
                         "an H100's 989 for a GPU sweep)")
-    p.add_argument("--mfu", type=_fraction, help="dry run: the share of --device-peak "
+    p.add_argument("--mfu", type=_fraction, help="the plan's times: the share of --device-peak "
                    "sustained (default 0.3 on a GPU, 0.5 on the CPU)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--quiet", action="store_true",
@@ -119,9 +122,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {sk.label}: {sk.reason}", file=sys.stderr)
         return 2
     slots = slots_here(cfg.resources.cpus_per_run, args.cpus)
-    if not args.dry_run and _refused(plan, _estimate(cfg, plan, args, slots, measure=False),
-                                     args.sweep_file):
+    est = _estimate(cfg, plan, args, slots, measure=False)  # memory, from the config alone
+    if not args.dry_run and _refused(plan, est, args.sweep_file):
         return 2  # before the ledger is touched: a pure estimate
+    # The runs' times, measured as the dry run's while this driver gets ready (in a child)
+    timing = None if args.dry_run or args.no_estimate else Timing(plan.specs, est)
     uri = ""
     if not args.dry_run:  # the driver's checks come before the data, which can take minutes
         from pipeline.tracking import default_tracking_uri
@@ -144,14 +149,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         return _dry_run(cfg, plan, args, slots)
-    print_plan(cfg, plan, None, slots, sweep_file=args.sweep_file)
+    est = est if timing is None else timing.result()
+    print_plan(cfg, plan, est.seconds, slots, est, sweep_file=args.sweep_file)
     t0 = time.monotonic()
     sigterm_as_interrupt()
     manifest = plan_manifest(cfg.name, sweep_sha256, cfg.flops_convention, plan.specs)
     try:
         results = run_sweep(cfg, plan, data, address=args.address, uri=uri,
                             checkpoint_root=Path(args.checkpoint_dir).resolve(), cpus=args.cpus,
-                            manifest=manifest)
+                            manifest=manifest, seconds=est.seconds)
         plan = _run_holdout(cfg, plan, data, args, uri, vocab, slots, results, manifest)
     except SweepError as e:  # the ledger holds runs on other tokens
         print(f"error: {args.sweep_file}: {e}", file=sys.stderr)
@@ -168,12 +174,35 @@ def main(argv: list[str] | None = None) -> int:
     say(f"sweep {cfg.name!r}: {len(results)} runs in {dur(time.monotonic() - t0)}; "
         f"tracking at {uri}")
     say(f"compare them in the MLflow UI: {page}")
+    by_budget = _say_budget_pages(cfg, plan, uri)
     report = (None if args.no_report else
               _report(cfg.name, uri, data_spec_for(cfg, args.sweep_file).corpus,
                       args.sweep_file))
     if json_mode():
-        print(json.dumps(sweep_json(cfg.name, uri, page, plan, results, report), indent=2))
+        print(json.dumps(sweep_json(cfg.name, uri, page, plan, results, report,
+                                    by_budget=by_budget), indent=2))
     return 1 if failed else 0
+
+
+def _say_budget_pages(cfg: SweepConfig, plan: Plan, uri: str) -> dict[float, str]:
+    """Of an IsoFLOP sweep, a link per budget under the runs table's: its runs overlaid on
+    the token axis in the UI's chart view, with useful columns (pipeline.tracking.budget_pages).
+    Shown in the default mode (--quiet keeps the one link; --json has them all)."""
+    from pipeline.ledger.ui import sci
+    from pipeline.tracking import budget_pages
+
+    budgets = [s.budget for s in plan.specs if s.budget is not None]
+    if cfg.kind != "isoflop" or not budgets:
+        return {}
+    try:
+        pages = budget_pages(uri, cfg.name, budgets)
+    except Exception as e:  # noqa: BLE001 - the runs are in; a missing link is no failure
+        console.print(f"[yellow]no per-budget UI links[/]: {type(e).__name__}: {e}")
+        return {}
+    for budget, url in pages.items():
+        console.print(f"  C={sci(budget)}, its runs against tokens: {escape(url)}",
+                      soft_wrap=True)
+    return pages
 
 
 def _checked_sweep(args: argparse.Namespace) -> tuple[SweepConfig, str] | None:
@@ -372,9 +401,10 @@ def _say_answer(report_html: Path) -> None:
 
 
 def sweep_json(name: str, uri: str, page: str, plan: Plan, results: dict[str, dict],
-               report: str | None, est=None) -> dict:
-    """The --json object: the sweep, where to look, and every planned run's outcome (of a dry
-    run: its estimated seconds and peak memory instead)."""
+               report: str | None, est=None, by_budget: dict[float, str] | None = None) -> dict:
+    """The --json object: the sweep, where to look (mlflow_ui; of an IsoFLOP sweep,
+    mlflow_ui_budgets: a link per budget), and every planned run's outcome (of a dry run: its
+    estimated seconds and peak memory instead)."""
     runs = []
     for s in plan.specs:
         out = results.get(s.run_id, {})
@@ -391,8 +421,9 @@ def sweep_json(name: str, uri: str, page: str, plan: Plan, results: dict[str, di
                      "final_val_loss": loss if isinstance(loss, float) else None,
                      "error": out.get("error")})
     extra = {k: v for k, v in results.items() if k == "holdout"}  # a refused held-out plan
-    return {"sweep": name, "tracking_uri": uri, "mlflow_ui": page, "report": report,
-            "runs": runs, **extra}
+    budgets = [{"budget": b, "url": url} for b, url in (by_budget or {}).items()]
+    return {"sweep": name, "tracking_uri": uri, "mlflow_ui": page, "mlflow_ui_budgets": budgets,
+            "report": report, "runs": runs, **extra}
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import os
 import platform
 import subprocess
@@ -131,6 +132,35 @@ def runs_page(uri: str, experiment: str) -> str:
     """How to open the sweep's runs in the MLflow UI (pipeline.ledger.ui.runs_page)."""
     found = MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
     return ui.runs_page(uri, found.experiment_id if found is not None else "0")
+
+
+def budget_pages(uri: str, experiment: str, budgets: list[float]) -> dict[float, str]:
+    """A link per IsoFLOP budget that opens its runs in the UI's chart view with useful
+    columns: a saved view per budget (pipeline.ledger.ui.budget_view, an experiment tag,
+    rewritten with its first date kept), or, where the store takes no tag, the budget's
+    filter in the link (no columns then). {} when the experiment is not there."""
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return {}
+    base, pages = ui.ui_base(uri), {}
+    for budget in sorted(set(budgets)):
+        key = ui.budget_view_key(budget)
+        try:
+            now = int(time.time() * 1000)
+            old = found.tags.get(ui.SHARED_VIEW_TAG_PREFIX + key)
+            try:
+                created = int(json.loads(old)["createdAt"]) if old else now
+            except (ValueError, KeyError, TypeError):
+                created = now
+            client.set_experiment_tag(found.experiment_id, ui.SHARED_VIEW_TAG_PREFIX + key,
+                                      ui.budget_view(budget, created, now))
+        except (MlflowException, OSError):  # a store that takes no tag: a link without columns
+            pages[budget] = ui.runs_url(base, found.experiment_id,
+                                        search_filter=ui.budget_filter(budget), chart=True)
+        else:
+            pages[budget] = ui.runs_url(base, found.experiment_id, view=key, chart=True)
+    return pages
 
 
 @contextmanager

@@ -215,7 +215,7 @@ class LocalCluster:
         cmd = [_exe("ray"), "job", "submit", "--address", self.dashboard,
                "--submission-id", submission_id, "--working-dir", str(workdir),
                "--runtime-env-json", json.dumps(runtime_env), "--",
-               sys.executable, "-m", "pipeline.sweep", sweep_file, "--no-report"]
+               sys.executable, "-m", "pipeline.sweep", sweep_file, "--no-report", "--no-estimate"]
         return subprocess.Popen(cmd, cwd=workdir, env=self.env(), text=True, **popen)
 
     def ours(self) -> list[tuple[int, list[str], str]]:
@@ -492,7 +492,7 @@ def sweep_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.C
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         capsys.readouterr()
-        code = main([str(TINY), "--no-report", *args])
+        code = main([str(TINY), "--no-report", "--no-estimate", *args])
         out = capsys.readouterr()
         return subprocess.CompletedProcess(["pipeline.sweep", *args], code, out.out, out.err)
 

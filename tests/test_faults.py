@@ -211,7 +211,7 @@ class SweepDir:
         return env
 
     def start(self, *args: str, report: bool = False, **env: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "pipeline.sweep", str(self.file), *args]
+        cmd = [sys.executable, "-m", "pipeline.sweep", str(self.file), "--no-estimate", *args]
         if not report:
             cmd.append("--no-report")
         proc = subprocess.Popen(cmd, cwd=self.root, env=self.env(**env), text=True,
@@ -963,7 +963,7 @@ def test_unusable_tracking_store_stops_the_sweep_before_launching(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", sd.uri)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     capsys.readouterr()
-    code = main([str(sd.file), "--cpus", "2", "--no-report"])
+    code = main([str(sd.file), "--cpus", "2", "--no-report", "--no-estimate"])
     captured = capsys.readouterr()
     out = captured.out + captured.err
     assert code == 2, out[-4000:]
@@ -1055,7 +1055,8 @@ def test_servers_bind_to_loopback_by_default() -> None:
     # all interfaces (0.0.0.0, ::) is never shown without a word on what that exposes; one
     # bound to a chosen private address (a cluster's head) is the reader's explicit choice.
     readme = (ROOT / "README.md").read_text()
-    assert re.search(r"^mlflow ui (?!.*--host).*http://127\.0\.0\.1:5000", readme, re.M)
+    assert re.search(r"^(MLFLOW_\w+=\w+ )*mlflow ui (?!.*--host).*http://127\.0\.0\.1:5000",
+                     readme, re.M)
     everywhere = re.compile(r"0\.0\.0\.0|--(dashboard-)?host[ =](::|\*|\[::\])(\s|$)")
     note = re.compile(r"firewall|trusted|private network|expos|secur", re.I)
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:

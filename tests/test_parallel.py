@@ -91,7 +91,8 @@ def test_a_sweep_mixing_one_and_two_worker_runs_and_a_worker_killed(
     marker = tmp_path / "killed"
     env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}",
                **{KILL_WORKER_ENV: f"{spec.run_id}:70:{marker}"})
-    cmd = [sys.executable, "-m", "pipeline.sweep", str(path), "--cpus", "2", "--no-report"]
+    cmd = [sys.executable, "-m", "pipeline.sweep", str(path), "--cpus", "2", "--no-report",
+           "--no-estimate"]
     # The dry run in this process (its plan table, what `--dry-run` prints; no Ray, no
     # ledger): a second interpreter importing torch and MLflow only to print it cost seconds.
     assert sweep_main([*cmd[3:], "--dry-run", "--no-estimate"]) == 0

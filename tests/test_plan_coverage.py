@@ -84,7 +84,7 @@ def test_a_real_sweep_warns_before_its_first_run(tmp_path: Path, capsys: pytest.
     monkeypatch.setattr(pipeline.sweep, "run_sweep", stop_at_the_first_run)
     path = _quickstart(tmp_path)
     capsys.readouterr()
-    code = pipeline.sweep.main([str(path), "--no-report", "--checkpoint-dir",
+    code = pipeline.sweep.main([str(path), "--no-report", "--no-estimate", "--checkpoint-dir",
                                 str(tmp_path / "checkpoints")])
     assert code == 130 and len(printed) == 1
     assert f"warning: {path}: IsoFLOP budgets 6e+10, 1.5e+11, 4e+11: 2 of the 4 sizes" in printed[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -33,7 +34,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _sweep(tmp_path: Path, sweep: Path, *extra: str, **kw) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2", "--no-report",
-           *extra]
+           "--no-estimate", *extra]
     return subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True,
                           text=True, timeout=300, **kw)
 
@@ -112,6 +113,15 @@ def test_sweep_runs_everything_then_reruns_nothing(
     # sweep recorded); the plan it trained is on the parent run, in the file's FLOP
     # convention, with the hash of the file's bytes.
     assert left["counts"] == {"parse": 1, "expand": 1}
+    # The plan it printed carries the dry run's times and memory (calibrated: the other
+    # end-to-end sweeps of the tests pass --no-estimate), and its first progress line, before
+    # any run finished, the time left from them (issue 55: `?` and `-`, an ETA from the FLOP
+    # rate of the first runs).
+    plan_table = first.stdout.split("total: ")[0]
+    assert "?" not in plan_table and " MiB " in plan_table, plan_table
+    assert "of run time, about" in first.stdout
+    assert "estimates: time measured on this machine's cpu" in first.stdout
+    assert re.search(r"\[0/4\] .*; time left ~(\d+m)?\d+s", first.stdout), first.stdout
     report = (done / "reports" / "tiny" / "report.md").read_text()
     sha = hashlib.sha256(TINY.read_bytes()).hexdigest()
     assert f"plan: sweep 'tiny', sweep file sha256 {sha}, 4 planned runs" in report
@@ -168,6 +178,8 @@ def test_sweep_runs_everything_then_reruns_nothing(
     losses = {r.data.tags[keys.TAG_RUN_ID]: r.data.metrics[keys.FINAL_VAL_LOSS] for r in again}
     assert out["sweep"] == "tiny" and out["report"] is None
     assert "workflowType=machine_learning" in out["mlflow_ui"]
+    assert [b["budget"] for b in out["mlflow_ui_budgets"]] == [3e9, 6e9]  # a link per budget
+    assert all("viewStateShareKey=budget-" in b["url"] for b in out["mlflow_ui_budgets"])
     assert {r["run_id"]: r["final_val_loss"] for r in out["runs"]} == losses
     assert all(r["status"] == keys.STATUS_FINISHED and r["already_done"] for r in out["runs"])
     # ... and --quiet keeps only where the results are.
@@ -176,7 +188,8 @@ def test_sweep_runs_everything_then_reruns_nothing(
     lines = quiet.stdout.strip().splitlines()
     assert len(lines) == 2, quiet.stdout
     assert lines[0].startswith("sweep 'tiny': 4 runs in ")
-    assert lines[1].startswith("compare them in the MLflow UI: mlflow ui --backend-store-uri")
+    assert lines[1].startswith("compare them in the MLflow UI: MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+                               "=false mlflow ui --workers 1 --backend-store-uri")
 
     # A run of the ledger that trained on other tokens (another Python's stdlib corpus, say)
     # is not reused as if it had trained on these: the sweep stops and names it.
@@ -251,6 +264,90 @@ def _checkpoints(folder: Path) -> list[int]:
     return sorted(int(p.name[5:13]) for p in folder.glob("step_*.pt.sha256"))
 
 
+# What the sweep prints, as README.md's quick start says (its phrases, read from the README):
+# each phrase that names a printed thing, and the line that shows it.
+_PRINTED = {
+    "the plan": r"^\s*sweep '\w+': \d+ runs \(",  # the plan table's title
+    "a line per finished run": r"^finished [0-9a-f]{16} ",
+    "a progress line with the best loss per budget so far": r"best val loss C=",
+    "a summary table": r"^\s*runs\s*$",  # the summary table's title
+    "the link to its runs table": r"^compare them in the MLflow UI: ",
+    "a link per budget": r"^  C=\S+, its runs against tokens: http",
+    "the report's path": r"^report: \S+report\.html$",
+    "its answer": r"^answer(: none| at C = )",  # analysis.reporting.answer.answer_lines
+}
+_NOT_PRINTED = ("fits the laws",)  # said by the report's files, not by a stdout line
+
+
+def _readme_order(readme: str) -> tuple[list[str], list[str]]:
+    """The README's claims about the sweep's output: what it prints, in order (the link or
+    links after the summary), and what its last lines are."""
+    text = " ".join(readme.split())
+    quick = re.search(r"It prints (.+?); its last lines are (.+?) \(", text)
+    assert quick, "README.md: the quick start no longer says what the sweep prints"
+    said = [p.removeprefix("then ").strip()
+            for p in re.sub(r" \([^()]*\)", "", quick[1]).split(", ")]
+    order = []
+    for item in said:
+        known = [k for k in _PRINTED if item.startswith(k)]
+        assert known or item.startswith(_NOT_PRINTED), f"README.md claims {item!r}: check it here"
+        order += known
+    ui = re.search(r"after the summary the sweep prints (the link to its runs table) .+?, "
+                   r"then, of an IsoFLOP sweep, (a link per budget) ", text)
+    assert ui, "README.md no longer says which UI links the sweep prints after the summary"
+    at = order.index("a summary table") + 1
+    order[at:at] = [ui[1], ui[2]]
+    return order, quick[2].split(" and ")
+
+
+def _check_printed(readme: str, stdout: str, answer: list[str]) -> None:
+    """stdout shows the README's claims in its order, and ends with the report's path and
+    its answer (the lines answer_lines makes of fit.json's summary.answer)."""
+    order, last = _readme_order(readme)
+    lines = stdout.splitlines()
+    at, where = -1, {}
+    assert last == ["the report's path", "its answer"], last
+    for claim in order + last:  # each at the first line that shows it after the one before
+        found = [i for i, line in enumerate(lines) if i > at and re.search(_PRINTED[claim], line)]
+        assert found, f"README.md says the sweep prints {claim!r} here; after line {at}: " + \
+            "\n".join(lines[at + 1:][:40])
+        at = where[claim] = found[0]
+    at = where["its answer"]  # the report's path, then its answer's lines, end the output
+    assert where["the report's path"] == at - 1, lines[at - 1:]
+    assert lines[at:] == answer, lines[at - 1:]
+
+
+def test_the_readme_s_claims_about_the_sweep_s_output_hold(
+    tiny_done: tuple[Path, subprocess.CompletedProcess, dict]
+) -> None:
+    """The README's quick start says what the sweep prints and in which order (issue 55: it
+    said the last line was the MLflow command when it was the report's path); its phrases
+    are read from README.md, so an edit of it that no longer holds fails here. Fed the same
+    output reordered, the check fails."""
+    from analysis.reporting.answer import answer_lines
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    done, first, _ = tiny_done  # a sweep with its report, from an empty folder
+    fit = json.loads((done / "reports" / "tiny" / "fit.json").read_text())
+    answer = answer_lines(fit["summary"].get("answer"))
+    assert first.stdout.count("finished ") >= 4
+    _check_printed(readme, first.stdout, answer)
+    lines = first.stdout.splitlines()
+    summary = next(i for i, line in enumerate(lines) if re.search(_PRINTED["a summary table"], line))
+    link = next(i for i, line in enumerate(lines) if line.startswith("compare them"))
+    moved = lines[:summary] + lines[link:link + 1] + lines[summary:link] + lines[link + 1:]
+    with pytest.raises(AssertionError):  # the link before the summary
+        _check_printed(readme, "\n".join(moved), answer)
+    n = len(answer)
+    with pytest.raises(AssertionError):  # the report's path after its answer
+        _check_printed(readme, "\n".join(lines[:-n - 1] + lines[-n:] + lines[-n - 1:-n]),
+                       answer)
+    with pytest.raises(AssertionError):  # a README claiming the UI command comes last
+        _check_printed(" ".join(readme.split()).replace(
+            "its last lines are the report's path and its answer",
+            "its last line is the MLflow command"), first.stdout, answer)
+
+
 def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
     # tiny.yaml's budgets (315 to 1440 steps), checkpointed every 50 steps; the kill waits
     # for a finished run and a running one with a checkpoint, at most half-way. Two run at a
@@ -264,7 +361,8 @@ def test_killed_driver_resumes_without_retraining(tmp_path: Path) -> None:
     sweep.write_text(text)
     steps = _steps(sweep)
     ray_tmp = Path(os.environ["RAY_TMPDIR"])
-    cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2", "--no-report"]
+    cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2", "--no-report",
+           "--no-estimate"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -342,7 +440,8 @@ def test_two_drivers_of_one_sweep_train_each_run_once(tmp_path: Path, store: str
     text = TINY.read_text().replace("budgets: [3e9, 6e9]", "budgets: [6e9, 1.2e10]")
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(text)
-    cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "1", "--no-report"]
+    cmd = [sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "1", "--no-report",
+           "--no-estimate"]
     server = None
     if store == "server":
         server = MlflowServer(tmp_path / "mlflow.db", tmp_path / "artifacts",
@@ -411,7 +510,7 @@ def test_sigterm_stops_the_driver_cleanly(tmp_path: Path) -> None:
     ray_tmp = Path(os.environ["RAY_TMPDIR"])
     env = {**_env(tmp_path), START_DELAY_ENV: "60"}
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.sweep", str(sweep), "--cpus", "2",
-                             "--no-report"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             "--no-report", "--no-estimate"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),

@@ -69,7 +69,7 @@ def test_the_quickstart_reads_back_through_a_real_tracking_server(
     sweep.write_text(yaml.safe_dump(doc))
     env = {**os.environ, "MLFLOW_TRACKING_URI": server}
     done = subprocess.run([sys.executable, "-m", "pipeline.sweep", str(sweep), "--no-report",
-                           "--cpus", "2"], cwd=tmp_path, env=env, capture_output=True,
+                           "--cpus", "2", "--no-estimate"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # The link the sweep prints opens the runs table in the UI's model-training view.
@@ -77,8 +77,27 @@ def test_the_quickstart_reads_back_through_a_real_tracking_server(
     assert "workflowType=machine_learning" in done.stdout
 
     exp = _get(server, "experiments/get-by-name", experiment_name="quickstart")["experiment"]
-    assert {t["key"]: t["value"] for t in exp["tags"]}[ui.EXPERIMENT_KIND_TAG] == \
-        ui.EXPERIMENT_KIND
+    exp_tags = {t["key"]: t["value"] for t in exp["tags"]}
+    assert exp_tags[ui.EXPERIMENT_KIND_TAG] == ui.EXPERIMENT_KIND
+    # A link per budget, after the runs table's: a saved view of that budget's runs (filter,
+    # columns, best loss first) opened in chart view, as MLflow 3.17's UI saves one.
+    (budget,) = doc["isoflop"]["budgets"]
+    key = ui.budget_view_key(float(budget))
+    link = ui.runs_url(server, exp["experiment_id"], view=key, chart=True)
+    assert f"C=6e10, its runs against tokens: {link}" in done.stdout
+    assert "viewStateShareKey=budget-6e10&compareRunsMode=CHART" in link
+    saved = json.loads(exp_tags[ui.SHARED_VIEW_TAG_PREFIX + key])
+    assert saved["name"] == "C=6e10" and isinstance(saved["createdAt"], int)
+    view = json.loads(saved["state"])
+    assert view["searchFilter"] == 'params.C_budget = "6e+10"'
+    in_view = _post(server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
+                                            "filter": view["searchFilter"],
+                                            "max_results": 100})["runs"]
+    assert len(in_view) == sizes  # the budget's runs, not the sweep's parent run
+    shown = {c.split(".", 1)[1].strip("`") for c in view["selectedColumns"]}
+    logged = {p["key"] for p in in_view[0]["data"]["params"]} | \
+        {m["key"] for m in in_view[0]["data"]["metrics"]}
+    assert shown <= logged, shown - logged  # every column shows a value
     found = _post(server, "runs/search", {"experiment_ids": [exp["experiment_id"]],
                                           "filter": f"tags.{keys.TAG_KIND} = 'trial'",
                                           "max_results": 100})["runs"]
@@ -183,5 +202,29 @@ def test_summary_params_are_the_counting_module_s_numbers() -> None:
     assert float(p[ui.PARAM_BUDGET]) == 1.5e11
     assert ui.summary_params(_spec())[ui.PARAM_BUDGET] == ""
     assert "#/experiments/7/runs?workflowType=machine_learning" in ui.runs_page("sqlite:///x", "7")
+    assert ui.runs_page("sqlite:///x", "7").startswith(f"{ui.MLFLOW_UI_COMMAND} --backend-store")
     assert ui.runs_page("http://h:5000/", "7") == \
         "open http://h:5000/#/experiments/7/runs?workflowType=machine_learning"
+
+
+def test_one_link_builder_for_the_runs_page_and_a_budget_s_view() -> None:
+    """pipeline.ledger.ui.runs_url builds every runs-page link (the sweep's, the screenshots'):
+    the filter quoted as MLflow's UI reads it back, the chart view, a saved view's key."""
+    url = ui.runs_url("http://h:5000/", "7", search_filter=ui.budget_filter(1.5e11), chart=True)
+    page, _, query = url.partition("?")
+    assert page == "http://h:5000/#/experiments/7/runs"
+    assert urllib.parse.parse_qsl(query) == [
+        ("workflowType", "machine_learning"), ("searchFilter", 'params.C_budget = "1.5e+11"'),
+        ("compareRunsMode", "CHART")]
+    assert ui.runs_url("http://h:5000", "7", view=ui.budget_view_key(1.5e11), chart=True) == (
+        "http://h:5000/#/experiments/7/runs?workflowType=machine_learning"
+        "&viewStateShareKey=budget-1.5e11&compareRunsMode=CHART")
+    # The budget's param as the runs carry it (summary_params), so the filter matches them.
+    assert ui.budget_filter(1.5e11) == \
+        f'params.C_budget = "{ui.summary_params(_spec(budget=1.5e11))[ui.PARAM_BUDGET]}"'
+    saved = json.loads(ui.budget_view(6e10, 1, 2))
+    assert (saved["name"], saved["createdAt"], saved["updatedAt"]) == ("C=6e10", 1, 2)
+    state = json.loads(saved["state"])
+    assert state["searchFilter"] == 'params.C_budget = "6e+10"'
+    assert state["chartsSearchFilter"] == "by_tokens"
+    assert "metrics.`final/val_loss`" in state["selectedColumns"]

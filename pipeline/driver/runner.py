@@ -27,7 +27,7 @@ from pipeline.driver.capacity import local_cpus, node_problem, workers_problem
 from pipeline.planner import Plan
 from pipeline.preflight import warn_loopback_uri
 from pipeline.terminal import chatty, console, say
-from pipeline.terminal.tables import Progress, report_one, trained_flops
+from pipeline.terminal.tables import Progress, planned_seconds, report_one, trained_flops
 from pipeline.vision.data import ImageData
 from pipeline.vocab import keys
 from pipeline.vocab.spec import RunSpec, branch_folder
@@ -161,10 +161,13 @@ def other_tokens(existing: dict, plan: Plan, fingerprint: str) -> str | None:
 
 def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | None, uri: str,
               checkpoint_root: Path, cpus: int | None = None,
-              manifest: PlanManifest | None = None) -> dict[str, dict]:
+              manifest: PlanManifest | None = None,
+              seconds: dict[str, float] | None = None) -> dict[str, dict]:
     """Train every unfinished run of the plan that no other driver trains; wait for those
     another driver trains; return every run's result by run_id. ``manifest``: the sweep's
-    plan so far, recorded on its parent run once that exists (record_plan)."""
+    plan so far, recorded on its parent run once that exists (record_plan). ``seconds``:
+    each run's estimated time (pipeline.estimate, as the printed plan's), from which the
+    progress lines tell the time left (without: from the FLOP rate of the finished runs)."""
     from pipeline.ledger.lease import Leases
     from pipeline.tracking import Ledger
 
@@ -175,7 +178,8 @@ def run_sweep(cfg: SweepConfig, plan: Plan, data: TokenData, *, address: str | N
     leases.start()
     try:
         return _Runner(cfg, plan, data, ledger, leases, address=address, uri=uri,
-                       checkpoint_root=checkpoint_root, cpus=cpus, manifest=manifest).run()
+                       checkpoint_root=checkpoint_root, cpus=cpus, manifest=manifest,
+                       seconds=seconds).run()
     finally:
         leases.stop()  # releases whatever is still held (a killed run resumes next time)
 
@@ -205,7 +209,8 @@ class _Runner:
 
     def __init__(self, cfg: SweepConfig, plan: Plan, data: TokenData, ledger: Ledger,
                  leases: Leases, *, address: str | None, uri: str, checkpoint_root: Path,
-                 cpus: int | None, manifest: PlanManifest | None = None) -> None:
+                 cpus: int | None, manifest: PlanManifest | None = None,
+                 seconds: dict[str, float] | None = None) -> None:
         self.cfg, self.plan, self.data, self.ledger, self.leases = cfg, plan, data, ledger, leases
         self.address, self.uri, self.root, self.cpus = address, uri, checkpoint_root, cpus
         self.parent = ledger.parent_run({"kind_of_sweep": cfg.kind, "family": cfg.family,
@@ -213,6 +218,7 @@ class _Runner:
         if manifest is not None:
             record_plan(ledger, self.parent, manifest)
         self.progress = Progress(total=len(plan.specs))
+        self.seconds = seconds
         self.results: dict[str, dict] = {}
         self.pending: dict = {}  # Ray ref -> (spec, mlflow run id)
         self.waiting: dict[str, list[tuple[RunSpec, str]]] = defaultdict(list)
@@ -285,6 +291,7 @@ class _Runner:
                 say(f"{run_id}: its driver is gone; training it here")
                 self.progress.total += 1
                 self.progress.flops_left += trained_flops(spec)
+                self.progress.expect(run_id, planned_seconds(spec, self.seconds))
                 self.submit(spec, self._trial(spec, now))
 
     # --- Ray ---------------------------------------------------------------------------------
@@ -364,6 +371,8 @@ class _Runner:
             self.ledger.mark(self.parent, "finished", "FINISHED")
             return self.results
         self.progress.flops_left = sum(trained_flops(s) for s, _ in todo)
+        for spec, _ in todo:  # in the order they are submitted (a branch: after its trunk)
+            self.progress.expect(spec.run_id, planned_seconds(spec, self.seconds))
         # WSD branches wait for their trunk (the state they start from is saved as it trains);
         # a branch whose trunk is already in the ledger starts at once.
         in_todo = {spec.run_id for spec, _ in todo}
@@ -399,6 +408,7 @@ class _Runner:
             else:
                 time.sleep(1.0)
             self.progress.running = min(len(self.pending), self.slots)
+            self.progress.slots = self.slots  # a cluster's, once Ray has started
             for ref in ready:
                 self.collect(ref)
             if self.elsewhere and time.monotonic() - last_look > POLL_S:

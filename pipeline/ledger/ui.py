@@ -11,8 +11,9 @@ The UI is where researchers compare runs, so the budget, N, D and the shape are 
 from __future__ import annotations
 
 import json
+import urllib.parse
 
-from pipeline.vocab import flops
+from pipeline.vocab import flops, keys
 from pipeline.vocab.families import DEFAULT_FAMILY
 from pipeline.vocab.spec import RunSpec
 
@@ -33,17 +34,76 @@ PARAM_SHAPE = "shape"  # L<layers>-d<width>
 PARAM_FAMILY = "family"
 
 MLFLOW_UI_DEFAULT = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+# The UI on a local store, light: one web worker and no job runner (the default starts 15
+# processes, 2.8 GB, 38 s to serve on 2 cores; this one 2 processes, 0.49 GB, 15 s: issue 55).
+MLFLOW_UI_COMMAND = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false mlflow ui --workers 1"
+
+# MLflow 3.x's runs page reads its filter and sort from the URL (searchFilter, orderByKey,
+# ...: useExperimentPageSearchFacets' EXPERIMENT_PAGE_QUERY_PARAM_KEYS) and the table or
+# chart view from compareRunsMode; no URL parameter selects its columns (selectedColumns is
+# one only on the GenAI traces view). The columns are UI state: the browser's local storage,
+# or a saved view, an experiment tag mlflow.sharedViewState.<key> that the URL names with
+# viewStateShareKey=<key> (useSharedExperimentViewState; 3.17 lists them by name in its
+# views menu). The UI skips a saved view when the URL carries a search facet, so a view's
+# link carries its filter inside the view, not as searchFilter.
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+VIEW_COLUMNS = [f"params.`{k}`" for k in ("N", "D", "D_per_N", "shape", "C")] + [
+    f"metrics.`{k}`" for k in (keys.FINAL_VAL_LOSS, keys.FINAL_WALL_S)]
+"""The columns of a budget's view: size, tokens, tokens per parameter, shape, the run's
+FLOPs, its final validation loss and its training wall time (the UI's Duration is not)."""
+
+
+def runs_url(base: str, experiment_id: str, *, search_filter: str | None = None,
+             chart: bool = False, view: str | None = None) -> str:
+    """A link to a sweep's runs page in the model-training view (the workflowType parameter:
+    MLflow 3.17's UI opens every experiment on its GenAI view unless told, whatever the
+    experiment's kind tag says), optionally filtered (searchFilter, an MLflow search
+    expression), in chart view (compareRunsMode=CHART) or on a saved view (its key)."""
+    query = [("workflowType", "machine_learning")]
+    if view is not None:
+        query.append(("viewStateShareKey", view))
+    if search_filter is not None:
+        query.append(("searchFilter", search_filter))
+    if chart:
+        query.append(("compareRunsMode", "CHART"))
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?"
+            + urllib.parse.urlencode(query, quote_via=urllib.parse.quote))
+
+
+def budget_filter(budget: float) -> str:
+    """The search expression of one IsoFLOP budget's runs: `params.C_budget = "1.5e+11"`."""
+    return f'params.{PARAM_BUDGET} = "{budget:.6g}"'
+
+
+def budget_view_key(budget: float) -> str:
+    """The key of a budget's saved view: "budget-1.5e11" (tag keys take no "+")."""
+    return f"budget-{sci(budget)}"
+
+
+def budget_view(budget: float, created_ms: int, updated_ms: int) -> str:
+    """The value of a budget's saved view tag, as MLflow 3.17's UI saves one (an envelope
+    with its name and the view as a JSON string): that budget's runs, best loss first, the
+    VIEW_COLUMNS, and the chart view's search on the token-axis curves (by_tokens/)."""
+    state = {"searchFilter": budget_filter(budget),
+             "orderByKey": f"metrics.`{keys.FINAL_VAL_LOSS}`", "orderByAsc": True,
+             "selectedColumns": VIEW_COLUMNS,
+             "chartsSearchFilter": keys.VAL_LOSS_BY_TOKENS.split("/")[0]}
+    return json.dumps({"name": f"C={sci(budget)}", "createdAt": created_ms,
+                       "updatedAt": updated_ms, "state": json.dumps(state)})
+
+
+def ui_base(uri: str) -> str:
+    """Where the UI of a tracking store serves: the server itself, or `mlflow ui`'s default."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else MLFLOW_UI_DEFAULT
 
 
 def runs_page(uri: str, experiment_id: str) -> str:
-    """Where to look at a sweep: the URL of its runs table in the model-training view (the
-    workflowType parameter: MLflow 3.17's UI opens every experiment on its GenAI view unless
-    told, whatever the experiment's kind tag says), with the command that serves a local
-    store."""
-    page = f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    """Where to look at a sweep: the URL of its runs table, with the command that serves a
+    local store (MLFLOW_UI_COMMAND)."""
+    url = runs_url(ui_base(uri), experiment_id)
     if uri.startswith(("http://", "https://")):
-        return f"open {uri.rstrip('/')}/{page}"
-    return f"mlflow ui --backend-store-uri {uri}, then open {MLFLOW_UI_DEFAULT}/{page}"
+        return f"open {url}"
+    return f"{MLFLOW_UI_COMMAND} --backend-store-uri {uri}, then open {url}"
 
 
 def si(x: float) -> str:

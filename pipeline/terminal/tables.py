@@ -59,8 +59,9 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
         trained = trained_flops(s)
         total_flops += c
         trained_total += trained
-        est_s = estimate.get(s.run_id, math.nan) if estimate else math.nan
-        total_time += est_s * trained / c
+        est_s = planned_seconds(s, estimate)
+        est_s = math.nan if est_s is None else est_s
+        total_time += est_s
         notes = [f"seed {s.train.seed}"] if s.train.seed else []
         if s.train.batch_seed != s.train.seed:
             notes.append(f"batches of seed {s.train.batch_seed}")
@@ -92,7 +93,7 @@ def print_plan(cfg: SweepConfig, plan: Plan, estimate: dict[str, float] | None,
             s.run_id, fmt(s.budget) if s.budget else "-",
             f"{m.n_layer}/{m.d_model}/{m.n_heads}/{m.n_kv_heads}", f"{n:,}",
             f"{flops.params_non_embedding(m):,}", f"{s.tokens:,}", f"{s.tokens / n:.1f}",
-            str(s.steps), fmt(c), dur(est_s * trained / c), memory, ", ".join(notes),
+            str(s.steps), fmt(c), dur(est_s), memory, ", ".join(notes),
         )
     console.print(table)
     for sk in plan.skipped:
@@ -131,9 +132,45 @@ def _bytes(n: float) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+def planned_seconds(spec: RunSpec, seconds: dict[str, float] | None) -> float | None:
+    """The plan's estimate of the seconds a run trains itself (as print_plan shows it: a WSD
+    branch from its branch step); None without one."""
+    est = (seconds or {}).get(spec.run_id)
+    if est is None or not math.isfinite(est):
+        return None
+    return est * (1 - spec.exec.branch_step / spec.steps)
+
+
+PRIOR_RUNS = 1.0
+"""How much the plan's estimates weigh against the runs measured so far, in runs of the
+plan's mean estimated time: one small run finished early moves the pace little."""
+
+
+def pace(measured: float, estimated: float, mean_estimate: float) -> float:
+    """Measured over estimated seconds of the finished runs, pulled towards 1 (the estimate
+    as it is) by PRIOR_RUNS runs of the mean estimate: 1 before any run is measured."""
+    prior = PRIOR_RUNS * mean_estimate
+    if estimated + prior <= 0:
+        return 1.0
+    return (measured + prior) / (estimated + prior)
+
+
+def time_left(estimates: list[float], running_for: list[float], slots: int,
+              factor: float = 1.0) -> float:
+    """Wall seconds until the runs not finished are: their estimates (in the order they take
+    a slot), scaled by factor, less the seconds each has been training (running_for, 0 for
+    one waiting; missing at the end: waiting), spread over the slots as the dry run's
+    wall estimate is (and never less than the longest run left)."""
+    left = [max(0.0, factor * e - (running_for[i] if i < len(running_for) else 0.0))
+            for i, e in enumerate(estimates)]
+    return max(sum(left) / max(slots, 1), max(left, default=0.0))
+
+
 @dataclass
 class Progress:
-    """Counts and the best loss per budget, printed as runs finish."""
+    """Counts and the best loss per budget, printed as runs finish, and the time left: from
+    the plan's estimates of the runs not finished (expect), corrected by the pace of the runs
+    finished so far; from the FLOP rate of the finished runs where a run has no estimate."""
 
     total: int
     skipped: int = 0
@@ -145,20 +182,64 @@ class Progress:
     flops_done: float = 0.0
     flops_left: float = 0.0
     best: dict[str, float] = field(default_factory=dict)
+    slots: int = 1
+    left: dict[str, float | None] = field(default_factory=dict)
+    """run_id -> the plan's estimate (seconds) of the runs this driver trains and has not
+    finished, in the order they were submitted (the order they take a slot)."""
+    since: dict[str, float] = field(default_factory=dict)  # run_id -> when it took a slot
+    measured: float = 0.0  # wall seconds of the finished runs with an estimate
+    estimated: float = 0.0  # and their estimates
+    estimates: list[float] = field(default_factory=list)  # of every run expected
 
-    def eta(self) -> float:
-        elapsed = time.monotonic() - self.started
+    def expect(self, run_id: str, seconds: float | None) -> None:
+        """A run to train, with the plan's estimate of its seconds (None: none)."""
+        self.left[run_id] = seconds
+        if seconds is not None:
+            self.estimates.append(seconds)
+
+    def finish(self, run_id: str, wall_s: float | None = None,
+               now: float | None = None) -> None:
+        """A run ended; wall_s (the seconds it trained, as it reports them) when it finished,
+        None when it failed or diverged (no measure of the pace). The next run in line takes
+        its slot.
+
+        The pace is read from wall_s, not from the time the run held its slot as the driver
+        sees it: that includes the start of its Ray worker (torch imported, once per worker),
+        which made the first two runs of a quickstart look 2x slower than their training and
+        the time left 2-5 minutes too long for most of the sweep (replayed from its log:
+        mean error 188 s against 122 s; 2-core machine under load, 2026-12-07)."""
+        now = time.monotonic() if now is None else now
+        est = self.left.pop(run_id, None)
+        self.since.pop(run_id, None)
+        if est is not None and isinstance(wall_s, (int, float)) and math.isfinite(wall_s):
+            self.measured += wall_s
+            self.estimated += est
+        self._take_slots(now)
+
+    def _take_slots(self, now: float) -> None:
+        for run_id in list(self.left)[:self.slots]:
+            self.since.setdefault(run_id, now)
+
+    def eta(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        if self.left and None not in self.left.values():
+            self._take_slots(now)
+            mean = sum(self.estimates) / len(self.estimates)
+            return time_left([e for e in self.left.values() if e is not None],
+                             [now - self.since[r] if r in self.since else 0.0 for r in self.left],
+                             self.slots, pace(self.measured, self.estimated, mean))
+        elapsed = now - self.started
         if self.flops_done <= 0:
             return math.nan
         return self.flops_left * elapsed / self.flops_done
 
-    def line(self) -> str:
+    def line(self, now: float | None = None) -> str:
         # Budgets in FLOPs, "-" for runs of a grid or runs sweep (no budget): those last.
         best = ", ".join(f"C={b}: {v:.3f}" for b, v in sorted(
             self.best.items(), key=lambda kv: math.inf if kv[0] == "-" else float(kv[0])))
         return (f"[{self.done + self.failed + self.diverged}/{self.total}] done {self.done}, "
                 f"running {self.running}, failed {self.failed}, diverged {self.diverged}, "
-                f"skipped {self.skipped}; time left ~{dur(self.eta())}"
+                f"skipped {self.skipped}; time left ~{dur(self.eta(now))}"
                 + (f"; best val loss {best}" if best else ""))
 
 
@@ -167,6 +248,7 @@ def report_one(spec: RunSpec, out: dict, progress: Progress,
     m = spec.model
     shape = f"{m.family} L{m.n_layer} d{m.d_model} N={flops.params_total(m):,} D={spec.tokens:,}"
     status = out.get("status")
+    progress.finish(spec.run_id, out.get("wall_s") if status == keys.STATUS_FINISHED else None)
     if status == keys.STATUS_FINISHED:
         progress.done += 1
         loss = out["final_val_loss"]

@@ -2,13 +2,16 @@
 
     pip install -e ".[screenshot]"                       # selenium
     apt-get install chromium chromium-driver             # Debian's browser and its driver
-    python docs/screenshots/take.py                      # about 2 minutes on 2 cores
+    python docs/screenshots/take.py      # the quickstart, its report, three pages (see below)
 
 It starts an `mlflow server` in a temporary folder, runs the quickstart against it
-(sweeps/quickstart.yaml, no report), opens the runs table the sweep's closing line links to,
-and the validation loss against tokens of one budget's runs (filter on the C_budget param,
-chart view, that chart full screen), writes runs.png and val_loss_by_tokens.png here, and
-stops the server. Nothing outside the temporary folder is written but the two images.
+(sweeps/quickstart.yaml, with its report: 23 minutes on 2 cores shared with a training study
+on 2026-12-07; its training alone is about 3 minutes on 2 idle cores), opens the runs table
+the sweep links to after its summary, and the validation loss against tokens of one budget's runs (filter on the C_budget param,
+chart view, that chart full screen), and the report at 1400x900, where it checks that the
+answer block (its heading, table and notes) ends within that first screen (issue 55). It
+writes runs.png, val_loss_by_tokens.png and report.png here, and stops the server. Nothing
+outside the temporary folder is written but the three images.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -98,10 +100,46 @@ def shoot(url: str, out: Path, profile: Path, chart: str | None, size: tuple[int
         driver.quit()
 
 
+REPORT_SIZE = (1400, 900)
+"""The report's first screen: a laptop browser window (issue 55's check)."""
+ANSWER_BOTTOM = """
+const h = [...document.querySelectorAll('h2')].find(e => e.textContent.startsWith('Answer at'));
+if (!h) return null;
+let end = h, e = h.nextElementSibling;
+while (e && e.tagName !== 'H2' && e.tagName !== 'P') { end = e; e = e.nextElementSibling; }
+return end.getBoundingClientRect().bottom;
+"""
+"""Where the answer block (the heading "Answer at ...", its table and its list of notes: the
+elements up to the next paragraph or heading) ends, in CSS pixels from the top; null without
+one."""
+
+
+def shoot_report(report: Path, out: Path, profile: Path) -> float:
+    """Screenshot the report's first screen; return where its answer block ends (pixels).
+    Refuses (SystemExit) a report whose answer block is missing or below the first screen."""
+    driver = browser(*REPORT_SIZE, profile)
+    try:
+        # The window size includes the browser's frame: set the page's own viewport instead.
+        width, height = REPORT_SIZE
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+            "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        driver.get(report.as_uri())
+        time.sleep(2)
+        bottom = driver.execute_script(ANSWER_BOTTOM)
+        height = driver.execute_script("return window.innerHeight")
+        driver.save_screenshot(str(out))
+    finally:
+        driver.quit()
+    if bottom is None or bottom > height:
+        raise SystemExit(f"{report.name}: the answer block ends at {bottom} px, below the first "
+                         f"screen ({height} px of {REPORT_SIZE[0]}x{REPORT_SIZE[1]})")
+    return float(bottom)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", default="1.5e+11", help="C_budget of the overlaid runs")
-    parser.add_argument("--out", type=Path, default=HERE, help="folder of the two PNGs")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder of the three PNGs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ui-shot-") as tmp:
         folder = Path(tmp)
@@ -111,21 +149,27 @@ def main() -> int:
         try:
             env = {**os.environ, "MLFLOW_TRACKING_URI": base, "RAY_TMPDIR": str(folder / "ray")}
             subprocess.run([sys.executable, "-m", "pipeline.sweep",
-                            str(ROOT / "sweeps" / "quickstart.yaml"), "--no-report"],
+                            str(ROOT / "sweeps" / "quickstart.yaml")],
                            cwd=folder, env=env, check=True)
+            bottom = shoot_report(folder / "reports" / "quickstart" / "report.html",
+                                  args.out / "report.png", folder / "p0")
             from mlflow import MlflowClient
 
+            from pipeline.ledger import ui
+
             exp = MlflowClient(tracking_uri=base).get_experiment_by_name("quickstart")
-            runs = f"{base}/#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning"
-            budget = urllib.parse.quote(f'params.C_budget = "{args.budget}"')
+            runs = ui.runs_url(base, exp.experiment_id)
+            budget = ui.runs_url(base, exp.experiment_id, chart=True,
+                                 search_filter=ui.budget_filter(float(args.budget)))
             shoot(runs, args.out / "runs.png", folder / "p1", None, (1500, 820))
-            shoot(f"{runs}&searchFilter={budget}&compareRunsMode=CHART",
-                  args.out / "val_loss_by_tokens.png", folder / "p2", "by_tokens/val_loss",
-                  (1500, 760))
+            shoot(budget, args.out / "val_loss_by_tokens.png", folder / "p2",
+                  "by_tokens/val_loss", (1500, 760))
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
-    print(f"wrote {args.out / 'runs.png'} and {args.out / 'val_loss_by_tokens.png'}")
+    print(f"wrote {args.out / 'runs.png'}, {args.out / 'val_loss_by_tokens.png'} and "
+          f"{args.out / 'report.png'} (its answer block ends at {bottom:.0f} px of the "
+          f"{REPORT_SIZE[0]}x{REPORT_SIZE[1]} first screen)")
     return 0
 
 

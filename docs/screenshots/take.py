@@ -5,13 +5,13 @@
     python docs/screenshots/take.py      # the quickstart, its report, three pages (see below)
 
 It starts an `mlflow server` in a temporary folder, runs the quickstart against it
-(sweeps/quickstart.yaml, with its report: 23 minutes on 2 cores shared with a training study
-on 2026-12-07; its training alone is about 3 minutes on 2 idle cores), opens the runs table
-the sweep links to after its summary, and the validation loss against tokens of one budget's runs (filter on the C_budget param,
-chart view, that chart full screen), and the report at 1400x900, where it checks that the
-answer block (its heading, table and notes) ends within that first screen (issue 55). It
-writes runs.png, val_loss_by_tokens.png and report.png here, and stops the server. Nothing
-outside the temporary folder is written but the three images.
+(sweeps/quickstart.yaml, with its report: 12-23 minutes on 2 cores shared with a training study
+on 2026-12-07; its training alone is about 3 minutes on 2 idle cores), opens the runs table the
+sweep links to after its summary, and the validation loss against tokens of one budget's runs
+(filter on the C_budget param, chart view, that chart full screen), and the report at 1400x900,
+where it checks that the answer block (its heading, table and notes) ends within that first
+screen (issue 55). It writes runs.png, val_loss_by_tokens.png and report.png here, and stops
+the server. Nothing outside the temporary folder is written but the three images.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_json_is_strict_and_has_the_documented_shape(result):
                                 "reason": "no cell has both a cosine and a WSD run"}
     assert out["fitted"] == {"points": 63, "schedule": "", "averaged_runs": 0,
                              "holdout_runs": 0, "holdout_above": None, "left_out": [],
-                             "repeated_data": []}
+                             "repeated_data": [], "repeat_variants": 0}
     assert [r["what"] for r in out["residuals"]][:2] == ["Approach 3", "Approach 2, budget 1e+17"]
     assert all(r["ratio"] is None for r in out["residuals"])  # no noise scale to judge by
     assert out["approaches"]["1"] == {"status": "skipped", "reason": "no training curves"}

@@ -110,7 +110,8 @@ def test_wsd_section_pairs_the_cells_and_fits_stay_on_cosine(folder):
     assert f"Mean difference over 6 pair(s): {fit['schedules']['mean_difference']:+.4f}" in section
     assert fit["fitted"] == {"points": 24, "schedule": "cosine", "averaged_runs": 24,
                              "holdout_runs": 1, "holdout_above": None,
-                             "left_out": fit["fitted"]["left_out"], "repeated_data": []}
+                             "left_out": fit["fitted"]["left_out"], "repeated_data": [],
+                             "repeat_variants": 0}
     assert len(fit["fitted"]["left_out"]) == 7  # the held-out run and 6 WSD runs
     assert "the fits use 24 points (24 seed replicate(s) averaged into their cells; 1 held " \
            "out; 6 of another schedule left out)" in md
